@@ -1,0 +1,206 @@
+// Package testing holds the builder fixtures the webhook's tests share, so a
+// test states only what differs from the host's canonical objects (SPEC 4.1)
+// instead of repeating whole manifests.
+package testing
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+)
+
+// Defaults the builders start from: the host's namespace and label key.
+const (
+	Namespace = "sandboxes"
+	LabelKey  = "sandbox.namzu.ai/per-sandbox-egress"
+	HostUser  = "system:serviceaccount:sandboxes:sandbox-host"
+	// EpochKey is the holder-epoch annotation (SPEC 2).
+	EpochKey = "sandbox.namzu.ai/holder-epoch"
+)
+
+// GroupVersionKinds of the objects the builders make.
+var (
+	ClaimGVK   = schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}
+	SandboxGVK = schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"}
+	CNPGVK     = schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}
+)
+
+// ObjectWrapper builds an unstructured object step by step.
+type ObjectWrapper struct{ u *unstructured.Unstructured }
+
+func newObject(gvk schema.GroupVersionKind, name string) *ObjectWrapper {
+	u := &unstructured.Unstructured{Object: map[string]any{}}
+	u.SetGroupVersionKind(gvk)
+	u.SetName(name)
+	u.SetNamespace(Namespace)
+	return &ObjectWrapper{u: u}
+}
+
+// MakeClaim returns a SandboxClaim named name in Namespace with uid
+// "uid-<name>" and, like the host's pooled path, the per-sandbox pod label
+// LabelKey=<name> in spec.additionalPodMetadata.labels.
+func MakeClaim(name string) *ObjectWrapper {
+	w := newObject(ClaimGVK, name).UID("uid-" + name)
+	return w.PodLabel(LabelKey, name)
+}
+
+// MakeSandbox returns a Sandbox named name in Namespace with uid
+// "uid-<name>" and, like the host's pool-less path, the per-sandbox pod label
+// in spec.podTemplate.metadata.labels.
+func MakeSandbox(name string) *ObjectWrapper {
+	w := newObject(SandboxGVK, name).UID("uid-" + name)
+	return w.PodLabel(LabelKey, name)
+}
+
+// MakeCNP returns the host's per-sandbox CiliumNetworkPolicy (SPEC 4.1) for
+// the given owner object: name namzu-sbx-<uid>, one ownerReference, selector
+// LabelKey=<owner name>, one DNS rule and one toFQDNs rule.
+func MakeCNP(owner *unstructured.Unstructured) *ObjectWrapper {
+	w := newObject(CNPGVK, "namzu-sbx-"+string(owner.GetUID()))
+	w.u.SetOwnerReferences([]metav1.OwnerReference{{
+		APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID(),
+	}})
+	w.u.Object["spec"] = map[string]any{
+		"endpointSelector": map[string]any{"matchLabels": map[string]any{LabelKey: owner.GetName()}},
+		"egress": []any{
+			map[string]any{
+				"toEndpoints": []any{map[string]any{"matchLabels": map[string]any{
+					"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}}},
+				"toPorts": []any{map[string]any{
+					"ports": []any{map[string]any{"port": "53", "protocol": "ANY"}},
+					"rules": map[string]any{"dns": []any{map[string]any{"matchPattern": "*"}}},
+				}},
+			},
+			map[string]any{"toFQDNs": []any{map[string]any{"matchName": "registry.npmjs.org"}}},
+		},
+	}
+	return w
+}
+
+// Name sets metadata.name.
+func (w *ObjectWrapper) Name(n string) *ObjectWrapper { w.u.SetName(n); return w }
+
+// Namespace sets metadata.namespace.
+func (w *ObjectWrapper) Namespace(ns string) *ObjectWrapper { w.u.SetNamespace(ns); return w }
+
+// UID sets metadata.uid.
+func (w *ObjectWrapper) UID(uid string) *ObjectWrapper { w.u.SetUID(types.UID(uid)); return w }
+
+// Kind overrides apiVersion and kind (to model a foreign or mismatched owner).
+func (w *ObjectWrapper) Kind(apiVersion, kind string) *ObjectWrapper {
+	w.u.SetAPIVersion(apiVersion)
+	w.u.SetKind(kind)
+	return w
+}
+
+// Deleting sets metadata.deletionTimestamp.
+func (w *ObjectWrapper) Deleting() *ObjectWrapper {
+	now := metav1.Unix(1785574800, 0)
+	w.u.SetDeletionTimestamp(&now)
+	return w
+}
+
+// Annotation sets one metadata annotation.
+func (w *ObjectWrapper) Annotation(k, v string) *ObjectWrapper {
+	a := w.u.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[k] = v
+	w.u.SetAnnotations(a)
+	return w
+}
+
+// Epoch sets the holder-epoch annotation to the raw string v.
+func (w *ObjectWrapper) Epoch(v string) *ObjectWrapper { return w.Annotation(EpochKey, v) }
+
+// OwnedBy appends an ownerReference to owner.
+func (w *ObjectWrapper) OwnedBy(owner *unstructured.Unstructured) *ObjectWrapper {
+	refs := append(w.u.GetOwnerReferences(), metav1.OwnerReference{
+		APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID(),
+	})
+	w.u.SetOwnerReferences(refs)
+	return w
+}
+
+// OwnerRefs replaces the ownerReferences (nil removes them).
+func (w *ObjectWrapper) OwnerRefs(refs ...metav1.OwnerReference) *ObjectWrapper {
+	w.u.SetOwnerReferences(refs)
+	return w
+}
+
+// podLabelsPath is where the host writes claim-time pod labels (SPEC 4.1).
+func (w *ObjectWrapper) podLabelsPath() []string {
+	if w.u.GetKind() == "Sandbox" {
+		return []string{"spec", "podTemplate", "metadata", "labels"}
+	}
+	return []string{"spec", "additionalPodMetadata", "labels"}
+}
+
+// PodLabel sets one claim-time pod label.
+func (w *ObjectWrapper) PodLabel(k, v string) *ObjectWrapper {
+	p := w.podLabelsPath()
+	labels, _, _ := unstructured.NestedStringMap(w.u.Object, p...)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[k] = v
+	_ = unstructured.SetNestedStringMap(w.u.Object, labels, p...)
+	return w
+}
+
+// NoPodLabel removes one claim-time pod label.
+func (w *ObjectWrapper) NoPodLabel(k string) *ObjectWrapper {
+	p := w.podLabelsPath()
+	labels, _, _ := unstructured.NestedStringMap(w.u.Object, p...)
+	delete(labels, k)
+	_ = unstructured.SetNestedStringMap(w.u.Object, labels, p...)
+	return w
+}
+
+// Set sets any nested field (for malformed shapes).
+func (w *ObjectWrapper) Set(value any, path ...string) *ObjectWrapper {
+	_ = unstructured.SetNestedField(w.u.Object, value, path...)
+	return w
+}
+
+// Obj returns the built object.
+func (w *ObjectWrapper) Obj() *unstructured.Unstructured { return w.u }
+
+// ConfigWrapper builds a FenceConfig.
+type ConfigWrapper struct{ c *fencev1alpha1.FenceConfig }
+
+// MakeConfig returns the FenceConfig named name binding HostUser in
+// Namespace, with every option off.
+func MakeConfig(name string) *ConfigWrapper {
+	c := &fencev1alpha1.FenceConfig{}
+	c.SetGroupVersionKind(fencev1alpha1.GroupVersion.WithKind(fencev1alpha1.Kind))
+	c.Name = name
+	c.Spec.Hosts = []fencev1alpha1.Host{{Username: HostUser, Namespaces: []string{Namespace}}}
+	return &ConfigWrapper{c: c}
+}
+
+// Host adds a bound host.
+func (w *ConfigWrapper) Host(user string, namespaces ...string) *ConfigWrapper {
+	w.c.Spec.Hosts = append(w.c.Spec.Hosts, fencev1alpha1.Host{Username: user, Namespaces: namespaces})
+	return w
+}
+
+// NoHosts removes every bound host.
+func (w *ConfigWrapper) NoHosts() *ConfigWrapper { w.c.Spec.Hosts = nil; return w }
+
+// LabelKey sets spec.perSandboxLabelKey.
+func (w *ConfigWrapper) LabelKey(k string) *ConfigWrapper { w.c.Spec.PerSandboxLabelKey = k; return w }
+
+// StrictDelete sets spec.strictDelete.
+func (w *ConfigWrapper) StrictDelete() *ConfigWrapper { w.c.Spec.StrictDelete = true; return w }
+
+// UniqueOwnerLabel sets spec.uniqueOwnerLabel.
+func (w *ConfigWrapper) UniqueOwnerLabel() *ConfigWrapper { w.c.Spec.UniqueOwnerLabel = true; return w }
+
+// Obj returns the built config.
+func (w *ConfigWrapper) Obj() *fencev1alpha1.FenceConfig { return w.c }
