@@ -1,0 +1,31 @@
+// Package fence is the Go client of the sandbox-fence wire contract: the
+// holder-epoch fencing token on agent Sandboxes and the per-sandbox
+// CiliumNetworkPolicy egress fence (see SPEC.md in the project).
+//
+// The pure parts build exactly the bytes a TypeScript host of @namzu/sandbox
+// sends, so Go and TypeScript hosts can drive the same workspaces:
+//
+//   - ReadHolderEpoch and ParseEpoch read the epoch of one GET (SPEC 3.1);
+//   - BuildHolderEpochPatch builds the conditional JSON Patch of a fenced write
+//     (SPEC 3.2) and BuildMergePatch the body of an unfenced one (SPEC 3.3);
+//   - PodTemplateHash reproduces the host's pod-template-hash (SPEC 5);
+//   - NormalizeHost and BuildPerSandboxPolicy build the per-sandbox egress
+//     policy (SPEC 4).
+//
+// A fenced suspend, from one read:
+//
+//	read := fence.ReadHolderEpoch(sandbox)
+//	if !read.Allows(held) {
+//		return errors.New("another host owns this workspace")
+//	}
+//	ops, err := fence.BuildHolderEpochPatch(fence.PatchInput{
+//		Read:      read,
+//		Epoch:     &held,
+//		Mode:      fence.ModeSuspended,
+//		ChangedAt: fence.FormatChangedAt(time.Now()),
+//	})
+//	body, err := fence.MarshalPatch(ops) // PATCH as application/json-patch+json
+//
+// The package imports nothing of the project's internals: it is the public
+// client, and the admission side only ever sees the bytes it sends.
+package fence

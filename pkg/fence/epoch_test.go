@@ -1,0 +1,98 @@
+package fence
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseEpoch(t *testing.T) {
+	valid := map[string]uint64{"0": 0, "1": 1, "10": 10, "9007199254740991": MaxEpoch, "9007199254740990": MaxEpoch - 1}
+	for s, want := range valid {
+		got, err := ParseEpoch(s)
+		if err != nil || got != want {
+			t.Errorf("ParseEpoch(%q) = %d, %v; want %d, nil", s, got, err, want)
+		}
+	}
+	malformed := []string{
+		"", "-1", "+1", "01", "00", " 1", "1 ", "1\n", "1e3", "1.0", "0x10", "1_000",
+		"9007199254740992", "9007199254740993", "18446744073709551615", "18446744073709551616",
+		"99999999999999999999999", "١", "１", "∞", "NaN", "1\x00",
+	}
+	for _, s := range malformed {
+		if got, err := ParseEpoch(s); err == nil {
+			t.Errorf("ParseEpoch(%q) = %d, nil; want an error", s, got)
+		} else if !errors.Is(err, errEpochSyntax) {
+			t.Errorf("ParseEpoch(%q) error %v does not state the grammar", s, err)
+		}
+	}
+}
+
+func TestReadHolderEpoch(t *testing.T) {
+	tests := []struct {
+		name string
+		obj  *sandboxBuilder
+		want Reading
+	}{
+		{"a well-formed value reads as its number", makeSandbox("a").RV("7").Epoch("42"),
+			Reading{State: EpochWellFormed, Epoch: 42, Raw: "42", HasAnnotations: true, ResourceVersion: "7"}},
+		{"the final epoch is well-formed", makeSandbox("a").RV("7").Epoch("9007199254740991"),
+			Reading{State: EpochWellFormed, Epoch: MaxEpoch, Raw: "9007199254740991", HasAnnotations: true, ResourceVersion: "7"}},
+		{"a malformed value is never read as 0", makeSandbox("a").RV("7").Epoch("007"),
+			Reading{State: EpochMalformed, Raw: "007", HasAnnotations: true, ResourceVersion: "7"}},
+		{"an empty value is malformed, not absent", makeSandbox("a").RV("7").Epoch(""),
+			Reading{State: EpochMalformed, Raw: "", HasAnnotations: true, ResourceVersion: "7"}},
+		{"a map without the key reads as absent", makeSandbox("a").RV("7").Annotation("other", "x"),
+			Reading{State: EpochAbsent, HasAnnotations: true, ResourceVersion: "7"}},
+		{"an empty map is still a map", makeSandbox("a").RV("7").EmptyAnnotations(),
+			Reading{State: EpochAbsent, HasAnnotations: true, ResourceVersion: "7"}},
+		{"no map reads as absent without a map", makeSandbox("a").RV("1001"),
+			Reading{State: EpochAbsent, ResourceVersion: "1001"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, ReadHolderEpoch(tt.obj.Obj())); diff != "" {
+				t.Errorf("ReadHolderEpoch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestReadingAllows(t *testing.T) {
+	tests := []struct {
+		name  string
+		read  Reading
+		epoch uint64
+		want  bool
+	}{
+		{"an absent epoch allows epoch 0", Reading{State: EpochAbsent}, 0, true},
+		{"a lower stored epoch allows", Reading{State: EpochWellFormed, Epoch: 2}, 3, true},
+		{"an equal stored epoch allows a re-stamp", Reading{State: EpochWellFormed, Epoch: 3}, 3, true},
+		{"a higher stored epoch refuses", Reading{State: EpochWellFormed, Epoch: 4}, 3, false},
+		{"a malformed stored epoch refuses even the final epoch", Reading{State: EpochMalformed, Raw: "x"}, MaxEpoch, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.read.Allows(tt.epoch); got != tt.want {
+				t.Errorf("Allows(%d) = %v, want %v", tt.epoch, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadingCheckErrors(t *testing.T) {
+	stale := Reading{State: EpochWellFormed, Epoch: 5, Raw: "5"}.check("ns/a", 3)
+	var se *StaleEpochError
+	if !errors.As(stale, &se) || !errors.Is(stale, ErrStaleEpoch) || se.Stored != 5 || se.Held != 3 {
+		t.Errorf("stale check = %#v, want a StaleEpochError carrying 5 and 3", stale)
+	}
+	bad := Reading{State: EpochMalformed, Raw: "01"}.check("ns/a", 3)
+	var ue *UnreadableEpochError
+	if !errors.As(bad, &ue) || !errors.Is(bad, ErrUnreadableEpoch) || ue.Value != "01" {
+		t.Errorf("malformed check = %#v, want an UnreadableEpochError carrying \"01\"", bad)
+	}
+	if err := (Reading{State: EpochWellFormed, Epoch: 3}).check("ns/a", 3); err != nil {
+		t.Errorf("equal epochs refused: %v", err)
+	}
+}

@@ -1,0 +1,108 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+// Sentinels for errors.Is. The typed errors below match them too, so a caller
+// may branch with errors.Is and read details with errors.As.
+var (
+	// ErrStaleEpoch: the stored epoch is greater than the one held; another
+	// process holds the workspace now. Matched by *StaleEpochError.
+	ErrStaleEpoch = errors.New("stale holder epoch")
+	// ErrUnreadableEpoch: the stored epoch is malformed and cannot be compared.
+	// Matched by *UnreadableEpochError.
+	ErrUnreadableEpoch = errors.New("unreadable holder epoch")
+	// ErrPatchNotApplied: the server answered 422 without an admission message
+	// on an object that did not move, so a test clause (or the patch itself)
+	// failed for a reason a retry cannot fix.
+	ErrPatchNotApplied = errors.New("patch not applied")
+	// ErrConflict: a 409 that survived every retry.
+	ErrConflict = errors.New("conflict")
+	// ErrGone: the object does not exist (404 or 410).
+	ErrGone = errors.New("object gone")
+	// ErrFenceNotInstalled: the egress fence's policy or binding is missing or
+	// unreadable, so per-sandbox egress must not be written (SPEC 4.1).
+	ErrFenceNotInstalled = errors.New("egress fence not installed")
+	// ErrReadBackMismatch: the stored policy differs from what was written;
+	// admission must never mutate (SPEC 8.2), so something rewrote it.
+	ErrReadBackMismatch = errors.New("read-back differs from the written policy")
+)
+
+// StaleEpochError says another process raised the epoch past ours.
+type StaleEpochError struct {
+	Object string
+	Stored uint64
+	Held   uint64
+}
+
+func (e *StaleEpochError) Error() string {
+	return fmt.Sprintf("%s: stored holder epoch %d is greater than the held epoch %d; another host owns this workspace now, re-acquire it before writing", e.Object, e.Stored, e.Held)
+}
+
+// Is makes errors.Is(err, ErrStaleEpoch) true.
+func (e *StaleEpochError) Is(target error) bool { return target == ErrStaleEpoch }
+
+// UnreadableEpochError carries a malformed stored epoch.
+type UnreadableEpochError struct {
+	Object string
+	Value  string
+	Err    error
+}
+
+func (e *UnreadableEpochError) Error() string {
+	return fmt.Sprintf("%s: stored holder epoch %q is malformed (%v); only a break-glass identity may repair it", e.Object, e.Value, e.Err)
+}
+
+// Is makes errors.Is(err, ErrUnreadableEpoch) true.
+func (e *UnreadableEpochError) Is(target error) bool { return target == ErrUnreadableEpoch }
+
+// Unwrap returns the parse error.
+func (e *UnreadableEpochError) Unwrap() error { return e.Err }
+
+// AdmissionDeniedError is a denial by a ValidatingAdmissionPolicy or by an
+// admission webhook, parsed from Status.message (SPEC 3.5). Exactly one of
+// Policy (with Binding) or Webhook is set.
+type AdmissionDeniedError struct {
+	// Code is the HTTP status (422 for every sandbox-fence denial, SPEC 8.1).
+	Code    int32
+	Policy  string
+	Binding string
+	Webhook string
+	// Message is the denial text after the admission prefix.
+	Message string
+	// Err is the API error as the client received it.
+	Err error
+}
+
+func (e *AdmissionDeniedError) Error() string {
+	if e.Webhook != "" {
+		return fmt.Sprintf("denied by admission webhook %q: %s", e.Webhook, e.Message)
+	}
+	return fmt.Sprintf("denied by ValidatingAdmissionPolicy %q (binding %q): %s", e.Policy, e.Binding, e.Message)
+}
+
+// Unwrap returns the API error.
+func (e *AdmissionDeniedError) Unwrap() error { return e.Err }
+
+// The exact prefixes the apiserver writes (SPEC 3.5). The message may be
+// wrapped (e.g. `Sandbox "a" is invalid: ...`), so they are searched, not
+// anchored.
+var (
+	vapDenialRE     = regexp.MustCompile(`ValidatingAdmissionPolicy '([^']*)' with binding '([^']*)' denied request: (?s)(.*)$`)
+	webhookDenialRE = regexp.MustCompile(`admission webhook "([^"]*)" denied the request: (?s)(.*)$`)
+)
+
+// ParseAdmissionDenial recognises an admission denial in a Status message;
+// ok is false for any other message (such as a failed test op).
+func ParseAdmissionDenial(message string) (denial AdmissionDeniedError, ok bool) {
+	if m := vapDenialRE.FindStringSubmatch(message); m != nil {
+		return AdmissionDeniedError{Policy: m[1], Binding: m[2], Message: m[3]}, true
+	}
+	if m := webhookDenialRE.FindStringSubmatch(message); m != nil {
+		return AdmissionDeniedError{Webhook: m[1], Message: m[2]}, true
+	}
+	return AdmissionDeniedError{}, false
+}

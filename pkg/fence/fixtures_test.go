@@ -1,0 +1,67 @@
+package fence
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// sandboxBuilder makes Sandbox fixtures: makeSandbox("a").RV("1001").Epoch("2").Obj().
+type sandboxBuilder struct{ u *unstructured.Unstructured }
+
+func makeSandbox(name string) *sandboxBuilder {
+	return &sandboxBuilder{u: &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "agents.x-k8s.io/v1beta1",
+		"kind":       "Sandbox",
+		"metadata":   map[string]any{"name": name, "namespace": "ns"},
+		"spec": map[string]any{
+			"operatingMode": ModeRunning,
+			"podTemplate":   map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "main", "image": "old"}}}},
+		},
+	}}}
+}
+
+func (b *sandboxBuilder) RV(rv string) *sandboxBuilder { b.u.SetResourceVersion(rv); return b }
+
+func (b *sandboxBuilder) UID(uid string) *sandboxBuilder { b.u.SetUID(types.UID(uid)); return b }
+
+// Annotation sets one annotation, creating the map.
+func (b *sandboxBuilder) Annotation(k, v string) *sandboxBuilder {
+	m := b.u.GetAnnotations()
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	b.u.SetAnnotations(m)
+	return b
+}
+
+// EmptyAnnotations gives the object an annotations map without keys.
+func (b *sandboxBuilder) EmptyAnnotations() *sandboxBuilder {
+	unstructured.SetNestedField(b.u.Object, map[string]any{}, "metadata", "annotations")
+	return b
+}
+
+func (b *sandboxBuilder) Epoch(v string) *sandboxBuilder { return b.Annotation(AnnotationHolderEpoch, v) }
+
+func (b *sandboxBuilder) Mode(m string) *sandboxBuilder {
+	unstructured.SetNestedField(b.u.Object, m, "spec", "operatingMode")
+	return b
+}
+
+func (b *sandboxBuilder) Obj() *unstructured.Unstructured { return b.u.DeepCopy() }
+
+func ptr[T any](v T) *T { return &v }
+
+// compact removes the layout whitespace of a SPEC example.
+func compact(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(s)); err != nil {
+		t.Fatalf("compact %s: %v", s, err)
+	}
+	return b.String()
+}
