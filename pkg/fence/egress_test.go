@@ -11,14 +11,14 @@ import (
 
 func TestNormalizeHost(t *testing.T) {
 	accepted := map[string]string{
-		"api.example.com":    "api.example.com",
-		"Registry.NPMjs.org": "registry.npmjs.org",
-		".example.com":       ".example.com",
-		".EXAMPLE.com":       ".example.com",
-		"localhost":          "localhost",
-		"a-b.c0":             "a-b.c0",
-		"1.2.3.example":      "1.2.3.example",
-		"x.com":              "x.com",
+		"api.example.com":               "api.example.com",
+		"Registry.NPMjs.org":            "registry.npmjs.org",
+		".example.com":                  ".example.com",
+		".EXAMPLE.com":                  ".example.com",
+		"localhost":                     "localhost",
+		"a-b.c0":                        "a-b.c0",
+		"1.2.3.example":                 "1.2.3.example",
+		"x.com":                         "x.com",
 		strings.Repeat("a.", 126) + "b": strings.Repeat("a.", 126) + "b",
 	}
 	for in, want := range accepted {
@@ -150,4 +150,3 @@ func TestBuildPerSandboxPolicyErrorNamesEntry(t *testing.T) {
 		t.Errorf("error %v does not name hosts[1] and its value", err)
 	}
 }
-

@@ -45,7 +45,9 @@ func (b *sandboxBuilder) EmptyAnnotations() *sandboxBuilder {
 	return b
 }
 
-func (b *sandboxBuilder) Epoch(v string) *sandboxBuilder { return b.Annotation(AnnotationHolderEpoch, v) }
+func (b *sandboxBuilder) Epoch(v string) *sandboxBuilder {
+	return b.Annotation(AnnotationHolderEpoch, v)
+}
 
 func (b *sandboxBuilder) Mode(m string) *sandboxBuilder {
 	unstructured.SetNestedField(b.u.Object, m, "spec", "operatingMode")
