@@ -1,0 +1,396 @@
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// maxAttempts bounds every retry loop of SPEC 3.3 and 3.4.
+const maxAttempts = 3
+
+// Options configure a Client. The zero value is the shipped defaults.
+type Options struct {
+	// EgressPolicyName is the ValidatingAdmissionPolicy that fences
+	// per-sandbox egress; "" means DefaultEgressPolicyName.
+	EgressPolicyName string
+	// EgressBindingName is its binding; "" means EgressPolicyName + "-binding".
+	EgressBindingName string
+	// LabelKey is the per-sandbox endpointSelector key used when a
+	// PolicyInput names none; "" means DefaultPerSandboxLabelKey.
+	LabelKey string
+	// Now stamps operating-mode-changed-at; nil means time.Now.
+	Now func() time.Time
+}
+
+// Client drives Sandboxes and per-sandbox egress policies through the
+// dynamic client with the wire contract of SPEC 3 and 4: a gate read before
+// every fenced write, one conditional JSON Patch built from that read, and the
+// bounded retries of SPEC 3.3. Errors match the sentinels of this package
+// (ErrStaleEpoch, ErrUnreadableEpoch, ErrPatchNotApplied, ErrConflict,
+// ErrGone, ErrFenceNotInstalled, ErrReadBackMismatch) or are an
+// *AdmissionDeniedError; the API error stays reachable with errors.As.
+//
+// Every epoch argument is optional: nil sends the unfenced request the host
+// always sent (SPEC 3.3), which the server admits without looking at epochs.
+type Client struct {
+	dyn         dynamic.Interface
+	opts        Options
+	fenceExists atomic.Bool
+}
+
+// NewClient returns a Client over dyn.
+func NewClient(dyn dynamic.Interface, opts Options) *Client {
+	if opts.EgressPolicyName == "" {
+		opts.EgressPolicyName = DefaultEgressPolicyName
+	}
+	if opts.EgressBindingName == "" {
+		opts.EgressBindingName = opts.EgressPolicyName + bindingSuffix
+	}
+	if opts.LabelKey == "" {
+		opts.LabelKey = DefaultPerSandboxLabelKey
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Client{dyn: dyn, opts: opts}
+}
+
+func (c *Client) sandboxes(namespace string) dynamic.ResourceInterface {
+	return c.dyn.Resource(SandboxGVR).Namespace(namespace)
+}
+
+// CreateWorkspace POSTs a Sandbox with the annotations of SPEC 3.3: the
+// pod-template-hash of spec.podTemplate and, when epoch is set, the holder
+// epoch. The caller's object is not modified.
+func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unstructured, epoch *uint64) (*unstructured.Unstructured, error) {
+	obj := sandbox.DeepCopy()
+	template, found, err := unstructured.NestedFieldNoCopy(obj.Object, "spec", "podTemplate")
+	if err != nil || !found {
+		return nil, fmt.Errorf("sandbox %s/%s: spec.podTemplate is required (the pod-template-hash is computed from it)", obj.GetNamespace(), obj.GetName())
+	}
+	hash, err := PodTemplateHash(template)
+	if err != nil {
+		return nil, err
+	}
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationPodTemplateHash] = hash
+	if epoch != nil {
+		if *epoch > MaxEpoch {
+			return nil, fmt.Errorf("epoch %d is above 9007199254740991 (SPEC 3.1)", *epoch)
+		}
+		annotations[AnnotationHolderEpoch] = FormatEpoch(*epoch)
+	}
+	obj.SetAnnotations(annotations)
+	out, err := c.sandboxes(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		return nil, classify(err, "create sandbox "+obj.GetNamespace()+"/"+obj.GetName())
+	}
+	return out, nil
+}
+
+// Suspend sets spec.operatingMode Suspended (also used to destroy without
+// deleting the disk, retire and clean up).
+func (c *Client) Suspend(ctx context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
+	return c.setMode(ctx, namespace, name, ModeSuspended, epoch)
+}
+
+// Resume sets spec.operatingMode Running.
+func (c *Client) Resume(ctx context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
+	return c.setMode(ctx, namespace, name, ModeRunning, epoch)
+}
+
+func (c *Client) setMode(ctx context.Context, namespace, name, mode string, epoch *uint64) (*unstructured.Unstructured, error) {
+	return c.write(ctx, namespace, name, epoch, func(_ *unstructured.Unstructured, read Reading) PatchInput {
+		return PatchInput{Read: read, Epoch: epoch, Mode: mode, ChangedAt: FormatChangedAt(c.opts.Now())}
+	})
+}
+
+// Stamp writes the epoch alone onto a workspace already in the wanted mode.
+func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch uint64) (*unstructured.Unstructured, error) {
+	return c.write(ctx, namespace, name, &epoch, func(_ *unstructured.Unstructured, read Reading) PatchInput {
+		return PatchInput{Read: read, Epoch: &epoch}
+	})
+}
+
+// RefreshTemplate replaces the pod template of a Suspended workspace and
+// resumes it, as one JSON Patch conditional on the workspace still being
+// Suspended (SPEC 3.2's refresh). A workspace that is not Suspended is
+// refused locally with ErrPatchNotApplied.
+func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, template map[string]any, epoch *uint64) (*unstructured.Unstructured, error) {
+	hash, err := PodTemplateHash(template)
+	if err != nil {
+		return nil, err
+	}
+	var notSuspended error
+	out, err := c.write(ctx, namespace, name, epoch, func(obj *unstructured.Unstructured, read Reading) PatchInput {
+		notSuspended = nil
+		if mode, _, _ := unstructured.NestedString(obj.Object, "spec", "operatingMode"); mode != ModeSuspended {
+			notSuspended = fmt.Errorf("%w: sandbox %s/%s is %q; a template refresh needs it Suspended", ErrPatchNotApplied, namespace, name, mode)
+		}
+		return PatchInput{
+			Read: read, Epoch: epoch, Mode: ModeRunning, ChangedAt: FormatChangedAt(c.opts.Now()),
+			ExtraAnnotations: []Annotation{{AnnotationPodTemplateHash, hash}},
+			PodTemplate:      template,
+			ExtraTests:       []Operation{{OpTest, "/spec/operatingMode", ModeSuspended}},
+		}
+	}, func() error { return notSuspended })
+	return out, err
+}
+
+// write runs one fenced or unfenced PATCH of SPEC 3.3: gate read, refuse
+// locally, send, and on a 422 re-read and retry only if the object moved.
+// Optional refusers run after each build and stop the write locally.
+func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint64, input func(*unstructured.Unstructured, Reading) PatchInput, refusers ...func() error) (*unstructured.Unstructured, error) {
+	what := "sandbox " + namespace + "/" + name
+	obj, err := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, classify(err, "read "+what)
+	}
+	read := ReadHolderEpoch(obj)
+	for attempt := 1; ; attempt++ {
+		if epoch != nil {
+			if err := read.check(what, *epoch); err != nil {
+				return nil, err
+			}
+		}
+		in := input(obj, read)
+		for _, refuse := range refusers {
+			if err := refuse(); err != nil {
+				return nil, err
+			}
+		}
+		patchType, body, err := patchBody(in)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out, err := c.sandboxes(namespace).Patch(ctx, name, patchType, body, metav1.PatchOptions{})
+		if err == nil {
+			return out, nil
+		}
+		if !apierrors.IsInvalid(err) {
+			return nil, classify(err, "patch "+what)
+		}
+		if denied := classify(err, "patch "+what); !errors.Is(denied, ErrPatchNotApplied) {
+			return nil, denied
+		}
+		// A 422 without an admission message is a failed test op or a bad
+		// patch; only a moved object makes a retry meaningful.
+		now, gerr := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
+		if gerr != nil {
+			return nil, classify(gerr, "re-read "+what)
+		}
+		nowRead := ReadHolderEpoch(now)
+		if !read.moved(nowRead) {
+			return nil, fmt.Errorf("patch %s: %w (the object did not move since the read, so a test clause or the patch itself failed): %w", what, ErrPatchNotApplied, err)
+		}
+		if attempt == maxAttempts {
+			return nil, fmt.Errorf("patch %s: %w after %d attempts, the object kept moving: %w", what, ErrPatchNotApplied, maxAttempts, err)
+		}
+		obj, read = now, nowRead
+	}
+}
+
+// patchBody is the fenced JSON Patch, or the unfenced merge patch when the
+// write carries no epoch and no test (SPEC 3.3).
+func patchBody(in PatchInput) (types.PatchType, []byte, error) {
+	if in.Epoch == nil && len(in.ExtraTests) == 0 && in.PodTemplate == nil {
+		body, err := BuildMergePatch(in)
+		return types.MergePatchType, body, err
+	}
+	ops, err := BuildHolderEpochPatch(in)
+	if err != nil {
+		return "", nil, err
+	}
+	body, err := MarshalPatch(ops)
+	return types.JSONPatchType, body, err
+}
+
+// Delete deletes a Sandbox. With an epoch it is the fenced DELETE of SPEC 3.4:
+// preconditions.resourceVersion of the gate read, re-read and re-checked on a
+// 409, three attempts at most. A Sandbox already gone counts as deleted.
+func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint64) error {
+	what := "sandbox " + namespace + "/" + name
+	if epoch == nil {
+		err := c.sandboxes(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		if err == nil || isGone(err) {
+			return nil
+		}
+		return classify(err, "delete "+what)
+	}
+	for attempt := 1; ; attempt++ {
+		obj, err := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
+		if isGone(err) {
+			return nil
+		}
+		if err != nil {
+			return classify(err, "read "+what)
+		}
+		read := ReadHolderEpoch(obj)
+		if err := read.check(what, *epoch); err != nil {
+			return err
+		}
+		if read.ResourceVersion == "" {
+			return fmt.Errorf("delete %s: the read carries no resourceVersion; refusing an unconditional DELETE", what)
+		}
+		rv := read.ResourceVersion
+		err = c.sandboxes(namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		switch {
+		case err == nil || isGone(err):
+			return nil
+		case !apierrors.IsConflict(err):
+			return classify(err, "delete "+what)
+		case attempt == maxAttempts:
+			return fmt.Errorf("delete %s: the object kept changing for %d attempts: %w", what, maxAttempts, classify(err, ""))
+		}
+	}
+}
+
+// ApplyEgress writes the per-sandbox policy of in (SPEC 4.1): POST, on 409 a
+// merge PATCH of the same full body, then a read-back that must equal what
+// was written. The first call checks the fence is installed (CheckEgressFence).
+func (c *Client) ApplyEgress(ctx context.Context, in PolicyInput) (*unstructured.Unstructured, error) {
+	if in.LabelKey == "" {
+		in.LabelKey = c.opts.LabelKey
+	}
+	policy, err := BuildPerSandboxPolicy(in)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.CheckEgressFence(ctx); err != nil {
+		return nil, err
+	}
+	what := "CiliumNetworkPolicy " + in.Namespace + "/" + policy.GetName()
+	policies := c.dyn.Resource(CiliumNetworkPolicyGVR).Namespace(in.Namespace)
+	_, err = policies.Create(ctx, policy, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		body, merr := json.Marshal(policy.Object)
+		if merr != nil {
+			return nil, merr
+		}
+		_, err = policies.Patch(ctx, policy.GetName(), types.MergePatchType, body, metav1.PatchOptions{})
+	}
+	if err != nil {
+		return nil, classify(err, "write "+what)
+	}
+	stored, err := policies.Get(ctx, policy.GetName(), metav1.GetOptions{})
+	if err != nil {
+		return nil, classify(err, "read back "+what)
+	}
+	if diff := writtenDiff(policy, stored); diff != "" {
+		return nil, fmt.Errorf("%s: %w; something mutated it (-written +stored):\n%s", what, ErrReadBackMismatch, diff)
+	}
+	return stored, nil
+}
+
+// writtenDiff compares the fields the host wrote; the server owns the rest
+// of metadata.
+func writtenDiff(written, stored *unstructured.Unstructured) string {
+	pick := func(u *unstructured.Unstructured) map[string]any {
+		refs, _, _ := unstructured.NestedFieldNoCopy(u.Object, "metadata", "ownerReferences")
+		return jsonRoundTrip(map[string]any{"spec": u.Object["spec"], "specs": u.Object["specs"], "ownerReferences": refs})
+	}
+	return cmp.Diff(pick(written), pick(stored))
+}
+
+// jsonRoundTrip normalises numbers and typed values so that equal JSON
+// compares equal.
+func jsonRoundTrip(v any) map[string]any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return map[string]any{"unmarshalable": err.Error()}
+	}
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// RemoveEgress deletes the per-sandbox policy of an owner uid; a policy
+// already gone counts as removed.
+func (c *Client) RemoveEgress(ctx context.Context, namespace, ownerUID string) error {
+	err := c.dyn.Resource(CiliumNetworkPolicyGVR).Namespace(namespace).Delete(ctx, PolicyName(ownerUID), metav1.DeleteOptions{})
+	if err == nil || isGone(err) {
+		return nil
+	}
+	return classify(err, "delete CiliumNetworkPolicy "+namespace+"/"+PolicyName(ownerUID))
+}
+
+// CheckEgressFence GETs the egress ValidatingAdmissionPolicy and its binding
+// by name and fails with ErrFenceNotInstalled when either is missing (404) or
+// unreadable (403): without the fence, a per-sandbox policy would be the only
+// thing standing between a sandbox and the whole internet (SPEC 4.1). A
+// success is remembered for the life of the Client.
+func (c *Client) CheckEgressFence(ctx context.Context) error {
+	if c.fenceExists.Load() {
+		return nil
+	}
+	check := func(kind string, gvrName string, get func() error) error {
+		err := get()
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("%w: %s %q is missing; install sandbox-fence (or set Options.EgressPolicyName/EgressBindingName to the installed names)", ErrFenceNotInstalled, kind, gvrName)
+		case apierrors.IsForbidden(err):
+			return fmt.Errorf("%w: %s %q is unreadable; grant this identity get on validatingadmissionpolicies and validatingadmissionpolicybindings (SPEC 6): %w", ErrFenceNotInstalled, kind, gvrName, err)
+		}
+		return classify(err, "read "+kind+" "+gvrName)
+	}
+	if err := check("ValidatingAdmissionPolicy", c.opts.EgressPolicyName, func() error {
+		_, err := c.dyn.Resource(validatingAdmissionPolicyGVR).Get(ctx, c.opts.EgressPolicyName, metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := check("ValidatingAdmissionPolicyBinding", c.opts.EgressBindingName, func() error {
+		_, err := c.dyn.Resource(validatingAdmissionPolicyBindingGVR).Get(ctx, c.opts.EgressBindingName, metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	c.fenceExists.Store(true)
+	return nil
+}
+
+func isGone(err error) bool { return apierrors.IsNotFound(err) || apierrors.IsGone(err) }
+
+// classify maps an API error to the package's error kinds (SPEC 3.5): an
+// admission denial (any code; upstream policies deny with 403) becomes an
+// *AdmissionDeniedError, a 422 without one ErrPatchNotApplied, 409
+// ErrConflict, 404/410 ErrGone. The API error stays wrapped.
+func classify(err error, what string) error {
+	prefix := what
+	if prefix != "" {
+		prefix += ": "
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		s := status.Status()
+		if denial, ok := ParseAdmissionDenial(s.Message); ok {
+			denial.Code, denial.Err = s.Code, err
+			return &denial
+		}
+	}
+	switch {
+	case apierrors.IsInvalid(err):
+		return fmt.Errorf("%s%w: %w", prefix, ErrPatchNotApplied, err)
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("%s%w: %w", prefix, ErrConflict, err)
+	case isGone(err):
+		return fmt.Errorf("%s%w: %w", prefix, ErrGone, err)
+	}
+	return fmt.Errorf("%s%w", prefix, err)
+}
