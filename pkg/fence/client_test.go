@@ -45,6 +45,14 @@ func raiseEpoch(to string) func(f *fakeAPI, r request) reply {
 	}
 }
 
+// call runs a mode write on ns/a.
+func call(write func(*Client, context.Context, string, string, *uint64) (*unstructured.Unstructured, error), epoch *uint64) func(c *Client) error {
+	return func(c *Client) error {
+		_, err := write(c, context.Background(), "ns", "a", epoch)
+		return err
+	}
+}
+
 func TestClientSendsTheSpecBodies(t *testing.T) {
 	template := map[string]any{"spec": map[string]any{"nodeSelector": map[string]any{"9": "b", "10": "a", "a": "c"}}}
 	tests := []struct {
@@ -55,47 +63,30 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 		want        string
 	}{
 		{
-			name:    "a fenced suspend sends SPEC 3.2's steady-state patch",
-			sandbox: makeSandbox("a").Epoch("2"),
-			run: func(c *Client) error {
-				_, err := c.Suspend(context.Background(), "ns", "a", ptr(uint64(2)))
-				return err
-			},
+			name:        "a fenced suspend sends SPEC 3.2's steady-state patch",
+			sandbox:     makeSandbox("a").Epoch("2"),
+			run:         call((*Client).Suspend, ptr(uint64(2))),
 			contentType: "application/json-patch+json",
-			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
- {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
- {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1operating-mode-changed-at","value":"2026-08-01T09:00:00.000Z"},
- {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`,
+			want:        specSteadyStateSuspend,
 		},
 		{
-			name:    "a fenced suspend of an object without annotations sends the migration patch",
-			sandbox: makeSandbox("a").RV("1001"),
-			run: func(c *Client) error {
-				_, err := c.Suspend(context.Background(), "ns", "a", ptr(uint64(3)))
-				return err
-			},
+			name:        "a fenced suspend of an object without annotations sends the migration patch",
+			sandbox:     makeSandbox("a").RV("1001"),
+			run:         call((*Client).Suspend, ptr(uint64(3))),
 			contentType: "application/json-patch+json",
-			want: `[{"op":"test","path":"/metadata/resourceVersion","value":"1001"},
- {"op":"add","path":"/metadata/annotations","value":{"sandbox.namzu.ai/holder-epoch":"3","sandbox.namzu.ai/operating-mode-changed-at":"2026-08-01T09:00:00.000Z"}},
- {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`,
+			want:        specMigration,
 		},
 		{
-			name:    "an unfenced suspend sends the merge patch of SPEC 3.3",
-			sandbox: makeSandbox("a").Epoch("7"),
-			run: func(c *Client) error {
-				_, err := c.Suspend(context.Background(), "ns", "a", nil)
-				return err
-			},
+			name:        "an unfenced suspend sends the merge patch of SPEC 3.3",
+			sandbox:     makeSandbox("a").Epoch("7"),
+			run:         call((*Client).Suspend, nil),
 			contentType: "application/merge-patch+json",
 			want:        `{"metadata":{"annotations":{"sandbox.namzu.ai/operating-mode-changed-at":"2026-08-01T09:00:00.000Z"}},"spec":{"operatingMode":"Suspended"}}`,
 		},
 		{
-			name:    "a fenced resume raises the epoch",
-			sandbox: makeSandbox("a").Epoch("2").Mode(ModeSuspended),
-			run: func(c *Client) error {
-				_, err := c.Resume(context.Background(), "ns", "a", ptr(uint64(4)))
-				return err
-			},
+			name:        "a fenced resume raises the epoch",
+			sandbox:     makeSandbox("a").Epoch("2").Mode(ModeSuspended),
+			run:         call((*Client).Resume, ptr(uint64(4))),
 			contentType: "application/json-patch+json",
 			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"4"},
@@ -163,12 +154,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 }
 
 func TestClientWriteErrors(t *testing.T) {
-	suspend := func(epoch uint64) func(c *Client) error {
-		return func(c *Client) error {
-			_, err := c.Suspend(context.Background(), "ns", "a", &epoch)
-			return err
-		}
-	}
+	suspend := func(epoch uint64) func(c *Client) error { return call((*Client).Suspend, &epoch) }
 	tests := []struct {
 		name      string
 		sandbox   *sandboxBuilder
@@ -300,10 +286,7 @@ func TestClientWriteErrors(t *testing.T) {
 		{
 			name:    "an unfenced write applies over another host's epoch and keeps it",
 			sandbox: makeSandbox("a").Epoch("9"),
-			run: func(c *Client) error {
-				_, err := c.Resume(context.Background(), "ns", "a", nil)
-				return err
-			},
+			run:     call((*Client).Resume, nil),
 			patches: 1, wantEpoch: "9",
 		},
 	}

@@ -26,6 +26,23 @@
 //	})
 //	body, err := fence.MarshalPatch(ops) // PATCH as application/json-patch+json
 //
+// Client runs those writes against the API server with the gate read, the
+// local refusals and the bounded retries of SPEC 3.3 and 3.4, and returns
+// errors to branch on:
+//
+//	c := fence.NewClient(dynamic.NewForConfigOrDie(cfg), fence.Options{})
+//	_, err := c.Suspend(ctx, "work", "sandbox-1", &held)
+//	var denied *fence.AdmissionDeniedError
+//	switch {
+//	case errors.Is(err, fence.ErrStaleEpoch):
+//		// another host took the workspace over: stop driving it
+//	case errors.As(err, &denied):
+//		// the server-side fence refused: denied.Policy, denied.Message
+//	}
+//
+// Every epoch argument is optional; nil sends the unfenced requests a host
+// without epochs always sent, which the server still admits.
+//
 // The package imports nothing of the project's internals: it is the public
 // client, and the admission side only ever sees the bytes it sends.
 package fence

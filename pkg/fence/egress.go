@@ -95,11 +95,7 @@ func PolicyName(ownerUID string) string { return PolicyNamePrefix + ownerUID }
 // occurrence keeps its place. The body is then a function of the hosts
 // allowed, and no two entries of the list are equal.
 func BuildPerSandboxPolicy(in PolicyInput) (*unstructured.Unstructured, error) {
-	obj, errs := buildPerSandboxPolicy(in)
-	if len(errs) > 0 {
-		return nil, errs.ToAggregate()
-	}
-	return obj, nil
+	return aggregate(buildPerSandboxPolicy(in))
 }
 
 func buildPerSandboxPolicy(in PolicyInput) (*unstructured.Unstructured, field.ErrorList) {

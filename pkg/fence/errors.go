@@ -38,6 +38,7 @@ type StaleEpochError struct {
 	Held   uint64
 }
 
+// Error says which host must stop and why.
 func (e *StaleEpochError) Error() string {
 	return fmt.Sprintf("%s: stored holder epoch %d is greater than the held epoch %d; another host owns this workspace now, re-acquire it before writing", e.Object, e.Stored, e.Held)
 }
@@ -52,6 +53,7 @@ type UnreadableEpochError struct {
 	Err    error
 }
 
+// Error names the malformed value and who can repair it.
 func (e *UnreadableEpochError) Error() string {
 	return fmt.Sprintf("%s: stored holder epoch %q is malformed (%v); only a break-glass identity may repair it", e.Object, e.Value, e.Err)
 }
@@ -77,6 +79,7 @@ type AdmissionDeniedError struct {
 	Err error
 }
 
+// Error names the denying policy or webhook and its message.
 func (e *AdmissionDeniedError) Error() string {
 	if e.Webhook != "" {
 		return fmt.Sprintf("denied by admission webhook %q: %s", e.Webhook, e.Message)

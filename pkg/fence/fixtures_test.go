@@ -67,3 +67,14 @@ func compact(t *testing.T, s string) string {
 	}
 	return b.String()
 }
+
+// The first two examples of SPEC 3.2, verbatim (layout whitespace included).
+const (
+	specSteadyStateSuspend = `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
+ {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
+ {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1operating-mode-changed-at","value":"2026-08-01T09:00:00.000Z"},
+ {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`
+	specMigration = `[{"op":"test","path":"/metadata/resourceVersion","value":"1001"},
+ {"op":"add","path":"/metadata/annotations","value":{"sandbox.namzu.ai/holder-epoch":"3","sandbox.namzu.ai/operating-mode-changed-at":"2026-08-01T09:00:00.000Z"}},
+ {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`
+)

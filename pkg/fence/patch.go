@@ -98,6 +98,7 @@ type Annotation struct {
 // sorted, and SPEC 3.2 fixes holder-epoch, changed-at, then the extra keys).
 type annotationList []Annotation
 
+// MarshalJSON writes the members in slice order.
 func (l annotationList) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
@@ -205,11 +206,17 @@ func (in PatchInput) validate() field.ErrorList {
 // does. Keeping the gate out lets policy tests build the decreasing writes the
 // server must deny.
 func BuildHolderEpochPatch(in PatchInput) ([]Operation, error) {
-	ops, errs := buildHolderEpochPatch(in)
+	return aggregate(buildHolderEpochPatch(in))
+}
+
+// aggregate turns a builder's field errors into one error for the caller,
+// keeping each error's path (hosts[2], extraAnnotations[0].key, ...).
+func aggregate[T any](v T, errs field.ErrorList) (T, error) {
 	if len(errs) > 0 {
-		return nil, errs.ToAggregate()
+		var zero T
+		return zero, errs.ToAggregate()
 	}
-	return ops, nil
+	return v, nil
 }
 
 func buildHolderEpochPatch(in PatchInput) ([]Operation, field.ErrorList) {
@@ -271,11 +278,7 @@ func buildHolderEpochPatch(in PatchInput) ([]Operation, field.ErrorList) {
 // what a host without an epoch always sent. A pod template is refused: a merge
 // patch would keep map entries the new template dropped.
 func BuildMergePatch(in PatchInput) ([]byte, error) {
-	body, errs := buildMergePatch(in)
-	if len(errs) > 0 {
-		return nil, errs.ToAggregate()
-	}
-	return body, nil
+	return aggregate(buildMergePatch(in))
 }
 
 func buildMergePatch(in PatchInput) ([]byte, field.ErrorList) {

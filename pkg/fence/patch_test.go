@@ -30,17 +30,12 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		{
 			name: "a steady-state fenced suspend is SPEC 3.2's first example",
 			in:   PatchInput{Read: withEpoch("2"), Epoch: ptr(uint64(2)), Mode: ModeSuspended, ChangedAt: changedAt},
-			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
- {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
- {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1operating-mode-changed-at","value":"2026-08-01T09:00:00.000Z"},
- {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`,
+			want: specSteadyStateSuspend,
 		},
 		{
 			name: "a migration onto an object without annotations is SPEC 3.2's second example",
 			in:   PatchInput{Read: noMap, Epoch: ptr(uint64(3)), Mode: ModeSuspended, ChangedAt: changedAt},
-			want: `[{"op":"test","path":"/metadata/resourceVersion","value":"1001"},
- {"op":"add","path":"/metadata/annotations","value":{"sandbox.namzu.ai/holder-epoch":"3","sandbox.namzu.ai/operating-mode-changed-at":"2026-08-01T09:00:00.000Z"}},
- {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`,
+			want: specMigration,
 		},
 		{
 			name: "a fenced refresh tests epoch and mode, then writes epoch, changed-at, hash, template and mode",
