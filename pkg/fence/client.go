@@ -130,7 +130,10 @@ func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch uint64
 // resumes it, as one JSON Patch conditional on the workspace still being
 // Suspended (SPEC 3.2's refresh). A workspace that is not Suspended is
 // refused locally with ErrPatchNotApplied.
-func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, template map[string]any, epoch *uint64) (*unstructured.Unstructured, error) {
+func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, template any, epoch *uint64) (*unstructured.Unstructured, error) {
+	if template == nil {
+		return nil, fmt.Errorf("sandbox %s/%s: a template refresh needs the new pod template", namespace, name)
+	}
 	hash, err := PodTemplateHash(template)
 	if err != nil {
 		return nil, err
