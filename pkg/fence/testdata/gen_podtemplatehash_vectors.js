@@ -256,6 +256,18 @@ add('realistic pod template', JSON.stringify({
   },
 }));
 
+// Number::toString over many doubles at once: random bit patterns, and every
+// power of ten with its neighbours across the layout boundaries.
+for (let i = 0; i < 5; i++) {
+  add(`random doubles ${i}`, '[' + Array.from({ length: 200 }, () => numberText(randomBitsNumber())).join(',') + ']');
+}
+const near = [];
+for (let k = -30; k <= 30; k++) {
+  const x = Number(`1e${k}`);
+  near.push(x, x * (1 + Number.EPSILON), x * (1 - Number.EPSILON / 2), x * 1.25, 2 * x / 3);
+}
+add('powers of ten and their neighbours', JSON.stringify(near));
+
 for (let i = 0; out.length < 640; i++) add(`random ${i}`, ws() + text(rnd() < 0.9 ? randomObject(1 + int(4)) : randomValue(int(3))) + ws());
 
 for (const v of out) process.stdout.write(JSON.stringify(v) + '\n');
