@@ -1,0 +1,206 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+)
+
+// specPolicy is the SPEC 4.1 body verbatim, as the TypeScript host sends it.
+const specPolicy = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy",
+ "metadata":{"name":"namzu-sbx-{{uid}}","namespace":"{{ns}}","ownerReferences":[{"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxClaim","name":"{{claim}}","uid":"{{uid}}"}]},
+ "spec":{"endpointSelector":{"matchLabels":{"sandbox.namzu.ai/per-sandbox-egress":"{{claim}}"}},
+  "egress":[
+   {"toEndpoints":[{"matchLabels":{"k8s:io.kubernetes.pod.namespace":"kube-system","k8s:k8s-app":"kube-dns"}}],
+    "toPorts":[{"ports":[{"port":"53","protocol":"ANY"}],"rules":{"dns":[{"matchPattern":"*"}]}}]},
+   {"toFQDNs":[{"matchName":"registry.npmjs.org"},{"matchName":"example.com"},{"matchPattern":"*.example.com"}]}]}}`
+
+// hostClaim creates a SandboxClaim as the host acquire does: with the
+// per-sandbox label carrying its own name in the claim-time pod labels.
+func hostClaim(t *testing.T) *unstructured.Unstructured {
+	t.Helper()
+	n := name("claim")
+	return mustCreate(t, env.Host, framework.ClaimGVR, framework.MakeClaim(env.HostNamespace, n).PodLabel(fence.DefaultPerSandboxLabelKey, n).Obj())
+}
+
+func decode(t *testing.T, body []byte) *unstructured.Unstructured {
+	t.Helper()
+	objs, err := framework.DecodeYAML(body)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("decode body: %v (%d objects)", err, len(objs))
+	}
+	return objs[0]
+}
+
+func TestPerSandboxPolicyRawSpecBodyIsAdmittedUnchanged(t *testing.T) {
+	claim := hostClaim(t)
+	body := rawBody(specPolicy, "uid", string(claim.GetUID()), "ns", env.HostNamespace, "claim", claim.GetName())
+	sent := decode(t, body)
+
+	_, err := create(t, env.Host, framework.CNPGVR, sent)
+	framework.ExpectAdmitted(t, "POST of the SPEC 4.1 body", err)
+
+	// The host reads the policy back and requires deep equality (SPEC 4.1),
+	// so neither admission nor the CRD may change what it wrote.
+	got := get(t, framework.CNPGVR, env.HostNamespace, sent.GetName())
+	if d := cmp.Diff(sent.Object["spec"], got.Object["spec"]); d != "" {
+		t.Errorf("read-back spec differs from the body sent (-sent +got):\n%s", d)
+	}
+	if d := cmp.Diff(sent.GetOwnerReferences(), got.GetOwnerReferences()); d != "" {
+		t.Errorf("read-back ownerReferences differ (-sent +got):\n%s", d)
+	}
+
+	framework.ExpectAdmitted(t, "merge PATCH of the same full body (the 409 path)",
+		patch(t, env.Host, framework.CNPGVR, env.HostNamespace, sent.GetName(), types.MergePatchType, body))
+	framework.ExpectAdmitted(t, "DELETE of the host's own policy",
+		env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Delete(testContext(t), sent.GetName(), metav1.DeleteOptions{}))
+}
+
+func TestPerSandboxPolicyShapesOutsideTheContractAreDenied(t *testing.T) {
+	claim := hostClaim(t)
+	tests := []struct {
+		name   string
+		mutate func(u *unstructured.Unstructured)
+	}{
+		{name: "a name without the namzu-sbx- prefix", mutate: func(u *unstructured.Unstructured) { u.SetName("egress-" + string(claim.GetUID())) }},
+		{name: "an egress rule to the world entity", mutate: func(u *unstructured.Unstructured) {
+			appendEgress(u, map[string]any{"toEntities": []any{"world"}})
+		}},
+		{name: "a CIDR egress rule", mutate: func(u *unstructured.Unstructured) {
+			appendEgress(u, map[string]any{"toCIDR": []any{"0.0.0.0/0"}})
+		}},
+		{name: "a bare wildcard matchPattern", mutate: func(u *unstructured.Unstructured) {
+			appendEgress(u, map[string]any{"toFQDNs": []any{map[string]any{"matchPattern": "*"}}})
+		}},
+		{name: "a second selector label", mutate: func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, "namzu-workspace", "spec", "endpointSelector", "matchLabels", "sandbox.namzu.ai/template")
+		}},
+		{name: "an ingress rule", mutate: func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"fromEntities": []any{"world"}}}, "spec", "ingress")
+		}},
+		{name: "an owner reference blocking owner deletion", mutate: func(u *unstructured.Unstructured) {
+			refs := u.GetOwnerReferences()
+			refs[0].BlockOwnerDeletion = ptr(true)
+			u.SetOwnerReferences(refs)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.mutate(cnp)
+			_, err = create(t, env.Host, framework.CNPGVR, cnp)
+			framework.ExpectDenied(t, tc.name, err, framework.PolicyCiliumEgress)
+		})
+	}
+}
+
+func appendEgress(u *unstructured.Unstructured, rule map[string]any) {
+	egress, _, _ := unstructured.NestedSlice(u.Object, "spec", "egress")
+	_ = unstructured.SetNestedSlice(u.Object, append(egress, rule), "spec", "egress")
+}
+
+// An invented owner uid has the right shape, so only the webhook, which
+// looks the owner up, can refuse it (SPEC 4.4 item 1).
+func TestPerSandboxPolicyWithAnInventedOwnerIsDeniedByTheWebhook(t *testing.T) {
+	requireWebhook(t)
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, name("ghost"), string(uuid.NewUUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = create(t, env.Host, framework.CNPGVR, cnp)
+	framework.ExpectDenied(t, "policy owned by a claim that does not exist", err, ".fence.sandbox.namzu.ai", "cilium-fence:")
+}
+
+func TestOperatorIsNotFencedAndHostCannotTouchTheOperatorsPolicies(t *testing.T) {
+	baseline := decode(t, []byte(`{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy",
+ "metadata":{"name":"baseline-egress","namespace":"`+env.HostNamespace+`"},
+ "spec":{"endpointSelector":{},"egress":[{"toEntities":["world"]}]}}`))
+	baseline.SetName(name("baseline"))
+	_, err := create(t, env.Operator, framework.CNPGVR, baseline)
+	framework.ExpectAdmitted(t, "operator creates a baseline policy", err)
+
+	err = env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Delete(testContext(t), baseline.GetName(), metav1.DeleteOptions{})
+	framework.ExpectDenied(t, "host deletes the operator's baseline policy", err, framework.PolicyCiliumEgress)
+}
+
+// A host bound to its own namespace that is also granted RBAC in another
+// fenced namespace (a copy-pasted RoleBinding) is still refused there: the
+// fence, not RBAC, ties a host to its namespaces.
+func TestHostOutsideItsNamespaceIsRefused(t *testing.T) {
+	ctx := testContext(t)
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name("other-host-misgrant"), Namespace: env.HostNamespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: framework.HostRole},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: framework.OtherServiceAccount, Namespace: env.OtherHostNamespace}},
+	}
+	if _, err := env.Admin.Kube.RbacV1().RoleBindings(env.HostNamespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Admin.Kube.RbacV1().RoleBindings(env.HostNamespace).Delete(context.Background(), rb.Name, metav1.DeleteOptions{})
+	})
+	claim := hostClaim(t)
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RBAC caches settle asynchronously: poll until the refusal comes from
+	// admission rather than from RBAC.
+	var last framework.Verdict
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "other host's write reaches admission", func(ctx context.Context) (bool, string, error) {
+		_, err := env.OtherHost.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Create(ctx, cnp, metav1.CreateOptions{})
+		last = framework.VerdictOf(err)
+		if last.Admitted {
+			_ = env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Delete(ctx, cnp.GetName(), metav1.DeleteOptions{})
+			return true, "", nil
+		}
+		return last.By != "", last.String(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.ExpectDenied(t, "other host writes a policy in the host's namespace", last.Err, framework.PolicyCiliumEgress)
+}
+
+// Teardown sends no DELETE: the garbage collector removes the policy with its
+// owner (SPEC 4.1), which only works if the fence admitted a real owner
+// reference.
+func TestGarbageCollectionDeletesThePolicyWithItsOwner(t *testing.T) {
+	ctx := testContext(t)
+	claim := hostClaim(t)
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = create(t, env.Host, framework.CNPGVR, cnp)
+	framework.ExpectAdmitted(t, "host creates its policy", err)
+	if err := env.Host.Dynamic.Resource(framework.ClaimGVR).Namespace(env.HostNamespace).Delete(ctx, claim.GetName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("host deletes its claim: %v", err)
+	}
+	err = framework.Eventually(ctx, 2*time.Minute, 250*time.Millisecond, "policy garbage-collected", func(ctx context.Context) (bool, string, error) {
+		_, err := env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Get(ctx, cnp.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		return false, "still present", err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

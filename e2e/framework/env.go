@@ -1,0 +1,103 @@
+package framework
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// Identity is one authenticated caller with ready clients.
+type Identity struct {
+	// Name is the kubeconfig context name (ContextHost, ...).
+	Name string
+	// Username and Groups are what the apiserver should see; the suite
+	// checks them with a SelfSubjectReview so a wrong setup fails loudly.
+	Username string
+	Groups   []string
+
+	Config  *rest.Config
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+}
+
+// NewIdentity builds the clients for cfg.
+func NewIdentity(name, username string, groups []string, cfg *rest.Config) (*Identity, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 100, 200
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("identity %s: %w", name, err)
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("identity %s: %w", name, err)
+	}
+	return &Identity{Name: name, Username: username, Groups: groups, Config: cfg, Kube: kc, Dynamic: dc}, nil
+}
+
+// Env is what a suite runs against: the identities of a production install
+// and the cluster's REST mapping.
+type Env struct {
+	// Provider names where the cluster comes from (local, kubeconfig, kind).
+	Provider string
+
+	Admin      *Identity
+	Host       *Identity
+	OtherHost  *Identity
+	Operator   *Identity
+	BreakGlass *Identity
+
+	HostNamespace      string
+	OtherHostNamespace string
+
+	// WebhookInstalled is false when the provider found no webhook to run;
+	// webhook-only cases skip with that reason.
+	WebhookInstalled bool
+	// ConversionServed is true when v1alpha1 Sandbox requests work (a CRD
+	// with strategy None, or a conversion webhook present).
+	ConversionServed bool
+
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+}
+
+// Identities returns the identities keyed by context name.
+func (e *Env) Identities() map[string]*Identity {
+	m := map[string]*Identity{}
+	for _, id := range []*Identity{e.Admin, e.Host, e.OtherHost, e.Operator, e.BreakGlass} {
+		if id != nil {
+			m[id.Name] = id
+		}
+	}
+	return m
+}
+
+// Configs returns the rest.Config of every identity keyed by context name,
+// the input of cluster.WriteKubeconfig.
+func (e *Env) Configs() map[string]*rest.Config {
+	m := map[string]*rest.Config{}
+	for n, id := range e.Identities() {
+		m[n] = id.Config
+	}
+	return m
+}
+
+// Mapper is a discovery-backed REST mapper for the admin; Reset it after
+// installing CRDs.
+func (e *Env) Mapper() (meta.ResettableRESTMapper, error) {
+	if e.mapper == nil {
+		dc, err := discovery.NewDiscoveryClientForConfig(e.Admin.Config)
+		if err != nil {
+			return nil, err
+		}
+		e.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	}
+	return e.mapper, nil
+}

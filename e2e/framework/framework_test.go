@@ -1,0 +1,132 @@
+package framework
+
+import (
+	"encoding/base64"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+const shippedWebhook = `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: sandbox-fence-webhook
+webhooks:
+- name: cilium-egress.fence.sandbox.namzu.ai
+  clientConfig:
+    service: {name: sandbox-fence-webhook, namespace: sandbox-fence-system, path: /validate-cilium-egress}
+  rules:
+  - {apiGroups: [cilium.io], apiVersions: [v2], operations: [CREATE, UPDATE], resources: [ciliumnetworkpolicies]}
+  namespaceSelector:
+    matchLabels: {fence.sandbox.namzu.ai/enabled: "true"}
+  failurePolicy: Fail
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`
+
+// The local suite must test the shipped rules: only clientConfig may change.
+func TestPointWebhookAtKeepsEverythingButTheClientConfig(t *testing.T) {
+	objs, err := DecodeYAML([]byte(shippedWebhook))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vwc := objs[0]
+	before := vwc.DeepCopy()
+	if err := PointWebhookAt(vwc, "https://127.0.0.1:9443/", []byte("CA")); err != nil {
+		t.Fatal(err)
+	}
+	hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
+	wantClient := map[string]any{"url": "https://127.0.0.1:9443/validate-cilium-egress", "caBundle": base64.StdEncoding.EncodeToString([]byte("CA"))}
+	if d := cmp.Diff(wantClient, hooks[0].(map[string]any)["clientConfig"]); d != "" {
+		t.Errorf("clientConfig (-want +got):\n%s", d)
+	}
+	// Everything else is untouched.
+	for _, o := range []*unstructured.Unstructured{before, vwc} {
+		h, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		delete(h[0].(map[string]any), "clientConfig")
+		_ = unstructured.SetNestedSlice(o.Object, h, "webhooks")
+	}
+	if d := cmp.Diff(before.Object, vwc.Object); d != "" {
+		t.Errorf("PointWebhookAt changed more than clientConfig (-before +after):\n%s", d)
+	}
+}
+
+func TestPointWebhookAtRefusesAWebhookWithoutAServicePath(t *testing.T) {
+	objs, err := DecodeYAML([]byte(`{"kind":"ValidatingWebhookConfiguration","metadata":{"name":"x"},"webhooks":[{"name":"a.fence.sandbox.namzu.ai","clientConfig":{"url":"https://elsewhere"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PointWebhookAt(objs[0], "https://127.0.0.1:1", nil); err == nil {
+		t.Fatal("want an error for a webhook with no service path to keep")
+	}
+}
+
+func TestSplitOrdersNamespacesFirstAndHoldsBackWebhookConfigurations(t *testing.T) {
+	objs, err := DecodeYAML([]byte(`kind: ServiceAccount
+metadata: {name: sa, namespace: ns}
+---
+kind: ValidatingWebhookConfiguration
+metadata: {name: vwc}
+---
+kind: CustomResourceDefinition
+metadata: {name: crd}
+---
+kind: Namespace
+metadata: {name: ns}
+---
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, vwcs, rest := (&Bundle{Objects: objs}).Split()
+	names := func(us []*unstructured.Unstructured) []string {
+		var out []string
+		for _, u := range us {
+			out = append(out, u.GetKind()+"/"+u.GetName())
+		}
+		return out
+	}
+	got := [][]string{names(crds), names(vwcs), names(rest)}
+	want := [][]string{{"CustomResourceDefinition/crd"}, {"ValidatingWebhookConfiguration/vwc"}, {"Namespace/ns", "ServiceAccount/sa"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("split (-want +got):\n%s", d)
+	}
+}
+
+func TestVerdictTellsAdmissionDenialsFromOtherRefusals(t *testing.T) {
+	gk := schema.GroupKind{Group: "agents.x-k8s.io", Kind: "Sandbox"}
+	vap := apierrors.NewInvalid(gk, "a", field.ErrorList{field.Invalid(field.NewPath(""), "", "ValidatingAdmissionPolicy 'sandbox-fence-holder-epoch' with binding 'sandbox-fence-holder-epoch-binding' denied request: holder-epoch: lowered")})
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "sandboxes"}, "a", nil)
+	type summary struct {
+		Admitted bool
+		Code     int32
+		By       string
+	}
+	tests := []struct {
+		name string
+		err  error
+		want summary
+	}{
+		{name: "no error is admitted", err: nil, want: summary{Admitted: true}},
+		{name: "a policy denial names the policy", err: vap, want: summary{Code: 422, By: "sandbox-fence-holder-epoch"}},
+		{name: "an RBAC refusal names no admission", err: forbidden, want: summary{Code: 403}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v := VerdictOf(tc.err)
+			if d := cmp.Diff(tc.want, summary{v.Admitted, v.Code, v.By}); d != "" {
+				t.Errorf("verdict (-want +got):\n%s", d)
+			}
+		})
+	}
+	if err := VerdictOf(vap).DeniedBy(PolicyHolderEpoch, "holder-epoch:"); err != nil {
+		t.Errorf("DeniedBy on the policy's own denial: %v", err)
+	}
+	if err := VerdictOf(forbidden).DeniedBy(PolicyHolderEpoch); err == nil {
+		t.Error("DeniedBy accepted an RBAC refusal as an admission denial")
+	}
+}

@@ -1,0 +1,125 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/uuid"
+
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+)
+
+// Marker is a write that enforcement must deny: policies, bindings, params
+// and webhook configurations reach the apiserver's admission caches
+// asynchronously, so the suite polls a marker until it is denied instead of
+// sleeping. Markers are dry-run creates: they leave nothing behind.
+type Marker struct {
+	// Name says what the marker proves is live.
+	Name string
+	// As is the identity sending the write.
+	As *Identity
+	// Obj is created with dryRun=All.
+	Obj *unstructured.Unstructured
+	// Want must occur in the denial message.
+	Want string
+}
+
+// WaitDenied polls m until it is denied with m.Want.
+func (e *Env) WaitDenied(ctx context.Context, m Marker, timeout time.Duration) error {
+	mapper, err := e.Mapper()
+	if err != nil {
+		return err
+	}
+	return Eventually(ctx, timeout, 250*time.Millisecond, "enforcement marker "+m.Name, func(ctx context.Context) (bool, string, error) {
+		ri, err := ResourceFor(mapper, m.As.Dynamic, m.Obj)
+		if err != nil {
+			return false, "", err
+		}
+		_, err = ri.Create(ctx, m.Obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
+		switch {
+		case err == nil:
+			return false, "admitted", nil
+		case strings.Contains(err.Error(), m.Want):
+			return true, "", nil
+		case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission"):
+			return false, "", fmt.Errorf("marker %s refused by RBAC, not admission: %w", m.Name, err)
+		default:
+			return false, err.Error(), nil
+		}
+	})
+}
+
+// Markers returns a marker per installed enforcer: the holder-epoch policy
+// (a malformed epoch on create), the egress policy (an unprefixed policy
+// name by the bound host; it also proves the FenceConfig is visible, since
+// only a bound host is checked) and the webhook (a well-formed policy whose
+// owner does not exist, which only the webhook can refuse).
+func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
+	var ms []Marker
+	exists := func(name string) (bool, error) {
+		_, err := e.Admin.Dynamic.Resource(VAPGVR).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	if ok, err := exists(PolicyHolderEpoch); err != nil {
+		return nil, err
+	} else if ok {
+		ms = append(ms, Marker{
+			Name: PolicyHolderEpoch,
+			As:   e.Admin,
+			Obj:  MakeSandbox(e.HostNamespace, "marker-epoch").Annotation(fence.AnnotationHolderEpoch, "01").Obj(),
+			Want: PolicyHolderEpoch,
+		})
+	}
+	if ok, err := exists(PolicyCiliumEgress); err != nil {
+		return nil, err
+	} else if ok {
+		cnp, err := e.PerSandboxPolicy("SandboxClaim", "marker", string(uuid.NewUUID()), []string{"example.com"})
+		if err != nil {
+			return nil, err
+		}
+		cnp.SetName("marker-without-prefix")
+		ms = append(ms, Marker{Name: PolicyCiliumEgress, As: e.Host, Obj: cnp, Want: PolicyCiliumEgress})
+	}
+	if e.WebhookInstalled {
+		cnp, err := e.PerSandboxPolicy("SandboxClaim", "marker-missing-owner", string(uuid.NewUUID()), []string{"example.com"})
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Marker{Name: "webhook", As: e.Host, Obj: cnp, Want: "admission webhook"})
+	}
+	return ms, nil
+}
+
+// WaitForEnforcement waits until every installed enforcer denies its marker.
+func (e *Env) WaitForEnforcement(ctx context.Context, logf Logf) error {
+	ms, err := e.Markers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		start := time.Now()
+		if err := e.WaitDenied(ctx, m, 90*time.Second); err != nil {
+			return err
+		}
+		logf("enforcement live: %s (%s)", m.Name, time.Since(start).Round(10*time.Millisecond))
+	}
+	return nil
+}
+
+// PerSandboxPolicy builds the host's exact SPEC 4.1 body with pkg/fence for
+// an owner in the host namespace.
+func (e *Env) PerSandboxPolicy(ownerKind, ownerName, ownerUID string, hosts []string) (*unstructured.Unstructured, error) {
+	return fence.BuildPerSandboxPolicy(fence.PolicyInput{
+		Owner:     fence.PolicyOwner{Kind: ownerKind, Name: ownerName, UID: ownerUID},
+		Namespace: e.HostNamespace,
+		Hosts:     hosts,
+	})
+}

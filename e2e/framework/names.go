@@ -1,0 +1,67 @@
+// Package framework is the reusable half of the end-to-end suite: one
+// client per production identity, applying manifests, enforcement markers and
+// polling. Providers (local control plane, kubeconfig, kind) fill an Env; the
+// suites only ever see the Env, so a test runs unchanged on every provider.
+package framework
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+)
+
+// Identities and namespaces that mirror a production install (SPEC 6): the
+// host is a ServiceAccount holding exactly the host Role; the operator is a
+// namespace admin; break-glass is a human in a group listed in the
+// FenceConfig.
+const (
+	HostNamespace       = "sandboxes"
+	OtherHostNamespace  = "sandboxes-b"
+	HostServiceAccount  = "sandbox-host"
+	OtherServiceAccount = "other-host"
+
+	HostRole        = "sandbox-host"
+	HostClusterRole = "sandbox-fence-host-policy-reader"
+
+	OperatorUser    = "sandbox-operator"
+	BreakGlassUser  = "fence-breakglass"
+	BreakGlassGroup = "sandbox-fence:break-glass"
+
+	// Context names in a devcluster kubeconfig and keys of Env.Identities.
+	ContextAdmin      = "admin"
+	ContextHost       = "host"
+	ContextOtherHost  = "other-host"
+	ContextOperator   = "operator"
+	ContextBreakGlass = "break-glass"
+
+	// FieldManager names every write the harness makes.
+	FieldManager = "sandbox-fence-e2e"
+
+	WebhookConfigName = "sandbox-fence-webhook"
+	WebhookNamespace  = "sandbox-fence-system"
+	WebhookName       = "sandbox-fence-webhook"
+)
+
+// ServiceAccountUser is the user name the apiserver gives a ServiceAccount.
+func ServiceAccountUser(ns, name string) string {
+	return "system:serviceaccount:" + ns + ":" + name
+}
+
+// Resources the suite touches.
+var (
+	SandboxGVR     = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
+	SandboxV1a1GVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1alpha1", Resource: "sandboxes"}
+	ClaimGVR       = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxclaims"}
+	CNPGVR         = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
+	FenceConfigGVR = fencev1.GroupVersionResource
+	CRDGVR         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	VAPGVR         = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}
+	VAPBindingGVR  = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}
+)
+
+// Shipped policy names (the kustomize defaults).
+const (
+	PolicyHolderEpoch       = "sandbox-fence-holder-epoch"
+	PolicyHolderEpochRepair = "sandbox-fence-holder-epoch-repair"
+	PolicyCiliumEgress      = "sandbox-fence-cilium-egress"
+)

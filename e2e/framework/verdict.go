@@ -1,0 +1,94 @@
+package framework
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+)
+
+// Verdict is what the apiserver answered to one write, in the terms the
+// suite and the demo talk about.
+type Verdict struct {
+	Admitted bool
+	// Code is the HTTP status of a refusal.
+	Code int32
+	// By is the denying ValidatingAdmissionPolicy or webhook, "" when the
+	// refusal did not come from admission (RBAC, a failed test op, ...).
+	By string
+	// Message is the full Status message.
+	Message string
+	Err     error
+}
+
+// VerdictOf classifies the error of a write.
+func VerdictOf(err error) Verdict {
+	if err == nil {
+		return Verdict{Admitted: true}
+	}
+	v := Verdict{Err: err, Message: err.Error()}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		v.Code = status.Status().Code
+		v.Message = status.Status().Message
+	}
+	if d, ok := fence.ParseAdmissionDenial(v.Message); ok {
+		v.By = d.Policy
+		if d.Webhook != "" {
+			v.By = d.Webhook
+		}
+	}
+	return v
+}
+
+func (v Verdict) String() string {
+	switch {
+	case v.Admitted:
+		return "admitted"
+	case v.By != "":
+		return fmt.Sprintf("denied %d by %s: %s", v.Code, v.By, v.Message)
+	default:
+		return fmt.Sprintf("refused %d (not by admission): %s", v.Code, v.Message)
+	}
+}
+
+// DeniedBy reports whether the write was refused by admission with HTTP 422
+// (SPEC 8.1: never 403, the host reads 403 as missing RBAC), by a policy or
+// webhook whose name contains by, with a message containing every want.
+func (v Verdict) DeniedBy(by string, want ...string) error {
+	if v.Admitted {
+		return fmt.Errorf("admitted, want a denial by %s", by)
+	}
+	if v.By == "" || !strings.Contains(v.By, by) {
+		return fmt.Errorf("want a denial by %s, got %s", by, v)
+	}
+	if v.Code != 422 {
+		return fmt.Errorf("want HTTP 422 (SPEC 8.1), got %s", v)
+	}
+	for _, w := range want {
+		if !strings.Contains(v.Message, w) {
+			return fmt.Errorf("denial message lacks %q: %s", w, v.Message)
+		}
+	}
+	return nil
+}
+
+// ExpectAdmitted fails t unless err is nil.
+func ExpectAdmitted(t testing.TB, what string, err error) {
+	t.Helper()
+	if v := VerdictOf(err); !v.Admitted {
+		t.Fatalf("%s: want admitted, got %s", what, v)
+	}
+}
+
+// ExpectDenied fails t unless err is an admission denial by `by`.
+func ExpectDenied(t testing.TB, what string, err error, by string, want ...string) {
+	t.Helper()
+	if e := VerdictOf(err).DeniedBy(by, want...); e != nil {
+		t.Fatalf("%s: %v", what, e)
+	}
+}

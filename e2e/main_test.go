@@ -1,0 +1,55 @@
+//go:build e2e
+
+// Package e2e is the end-to-end suite: the shipped policies, bindings,
+// configuration and webhook on a real apiserver, driven by the identities of
+// a production install. `make e2e` runs it on a local control plane;
+// E2E_PROVIDER=kubeconfig|kind runs it elsewhere (docs/e2e.md).
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
+)
+
+// env is the cluster every test runs against, set up once by TestMain.
+var env *framework.Env
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "e2e %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	p, err := provider.FromEnv(logf)
+	if err != nil {
+		logf("choose provider: %v", err)
+		return 2
+	}
+	artifacts := os.Getenv("E2E_ARTIFACTS")
+	env, err = p.Setup(ctx)
+	if err != nil {
+		logf("%s provider setup failed: %v", p.Name(), err)
+		if terr := p.Teardown(ctx, true, artifacts); terr != nil {
+			logf("teardown: %v", terr)
+		}
+		return 1
+	}
+	code := m.Run()
+	if err := p.Teardown(ctx, code != 0, artifacts); err != nil {
+		logf("teardown: %v", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}

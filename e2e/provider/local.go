@@ -1,0 +1,236 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+
+	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+)
+
+// Local runs the control plane from bin/ as child processes and the webhook
+// as a local process behind a URL-based webhook configuration.
+type Local struct {
+	RepoRoot string
+	BinDir   string
+	StateDir string
+	// RemoveState deletes StateDir on a successful teardown.
+	RemoveState bool
+	// Detached leaves the processes running after this process exits
+	// (devcluster up).
+	Detached bool
+	// NoSignalHandler: see cluster.Options.
+	NoSignalHandler bool
+	Logf            framework.Logf
+
+	CP  *cluster.ControlPlane
+	Env *framework.Env
+}
+
+// Name implements Provider.
+func (l *Local) Name() string { return "local" }
+
+// Setup implements Provider: control plane, CRDs, controller manager,
+// identities, bundle, FenceConfig, webhook, then the enforcement markers.
+func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
+	start := time.Now()
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: l.BinDir, StateDir: l.StateDir, Detached: l.Detached, NoSignalHandler: l.NoSignalHandler, Logf: l.Logf})
+	if err != nil {
+		return nil, err
+	}
+	l.CP = cp
+	admin, err := framework.NewIdentity(framework.ContextAdmin, "admin", []string{"system:masters"}, cp.AdminConfig())
+	if err != nil {
+		return nil, err
+	}
+	env := &framework.Env{Provider: l.Name(), Admin: admin}
+	l.Env = env
+
+	crds, err := framework.CRDs(ctx, l.RepoRoot, l.BinDir, l.Logf)
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := framework.RenderBundle(ctx, filepath.Join(l.BinDir, "kubectl"), l.RepoRoot, l.Logf)
+	if err != nil {
+		return nil, err
+	}
+	bundleCRDs, vwcs, objs := bundle.Split()
+	if err := env.InstallCRDs(ctx, append(crds, bundleCRDs...)); err != nil {
+		return nil, err
+	}
+	// After the CRDs: the garbage collector's first discovery then sees them.
+	if err := cp.StartControllerManager(ctx); err != nil {
+		return nil, err
+	}
+	if err := env.SetupIdentities(ctx, cp.UserConfig); err != nil {
+		return nil, err
+	}
+
+	var keep []*unstructured.Unstructured
+	for _, o := range objs {
+		// No kubelet runs here: the webhook runs as a local process instead.
+		if o.GetKind() == "Deployment" {
+			l.Logf("local: not applying Deployment %s/%s (no kubelet); the webhook runs as a local process", o.GetNamespace(), o.GetName())
+			continue
+		}
+		keep = append(keep, o)
+	}
+	if err := env.Apply(ctx, keep, framework.ApplyOptions{}); err != nil {
+		return nil, err
+	}
+	if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
+		return nil, err
+	}
+	if err := l.startWebhook(ctx, vwcs); err != nil {
+		return nil, err
+	}
+	env.ConversionServed, err = framework.ConversionServed(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.WaitForEnforcement(ctx, l.Logf); err != nil {
+		return nil, err
+	}
+	l.Logf("local: environment ready in %s (state %s)", time.Since(start).Round(100*time.Millisecond), l.StateDir)
+	return env, nil
+}
+
+func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructured) error {
+	if _, err := os.Stat(filepath.Join(l.RepoRoot, "cmd", "webhook", "main.go")); err != nil {
+		l.Logf("!!! cmd/webhook/main.go not found: the webhook is NOT RUNNING; webhook cases will skip")
+		return nil
+	}
+	if len(vwcs) == 0 {
+		l.Logf("!!! no ValidatingWebhookConfiguration in the rendered bundle: the webhook is NOT REGISTERED; webhook cases will skip")
+		return nil
+	}
+	bin := filepath.Join(l.StateDir, "bin", "webhook")
+	l.Logf("local: building the webhook (go build ./cmd/webhook)")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/webhook")
+	build.Dir = l.RepoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/webhook: %v\n%s", err, out)
+	}
+
+	ca, err := cluster.NewCA("sandbox-fence-webhook-ca")
+	if err != nil {
+		return err
+	}
+	serving, err := ca.Serving("sandbox-fence-webhook", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
+	if err != nil {
+		return err
+	}
+	certDir := filepath.Join(l.StateDir, "webhook-certs")
+	if err := cluster.WritePair(certDir, "tls", serving); err != nil {
+		return err
+	}
+	kubeconfig, err := l.webhookKubeconfig(ctx)
+	if err != nil {
+		return err
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = cluster.FreePort(); err != nil {
+			return err
+		}
+	}
+	p, err := cluster.StartProcess("webhook", bin, []string{
+		"--kubeconfig=" + kubeconfig,
+		"--cert-dir=" + certDir,
+		"--port=" + strconv.Itoa(ports[0]),
+		"--bind-address=127.0.0.1",
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[1]),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[2]),
+		"--cert-rotation=false",
+		"--config-name=" + fencev1.DefaultConfigName,
+	}, filepath.Join(l.CP.LogDir(), "webhook.log"), l.Detached)
+	if err != nil {
+		return err
+	}
+	l.CP.Track(p)
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
+	hc := &http.Client{Timeout: 2 * time.Second}
+	err = framework.Eventually(ctx, 2*time.Minute, 200*time.Millisecond, "webhook ready", func(ctx context.Context) (bool, string, error) {
+		if exited, werr := p.Exited(); exited {
+			return false, "", fmt.Errorf("webhook exited (%v); log ends with:\n%s", werr, p.Tail(30))
+		}
+		resp, err := hc.Get(readyz)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; log ends with:\n%s", err, p.Tail(30))
+	}
+	base := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	for _, vwc := range vwcs {
+		if err := framework.PointWebhookAt(vwc, base, ca.CertPEM); err != nil {
+			return err
+		}
+	}
+	if err := l.Env.Apply(ctx, vwcs, framework.ApplyOptions{}); err != nil {
+		return err
+	}
+	l.Env.WebhookInstalled = true
+	l.Logf("local: webhook serving on %s", base)
+	return nil
+}
+
+// webhookKubeconfig gives the local webhook the credentials it has in
+// production: a token of its ServiceAccount, bound by the shipped RBAC. Only
+// when the bundle ships no such ServiceAccount does it fall back to admin.
+func (l *Local) webhookKubeconfig(ctx context.Context) (string, error) {
+	path := filepath.Join(l.StateDir, "webhook.kubeconfig")
+	tr, err := l.Env.Admin.Kube.CoreV1().ServiceAccounts(framework.WebhookNamespace).CreateToken(ctx, framework.WebhookName,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(24 * 3600))}}, metav1.CreateOptions{})
+	var cfg *rest.Config
+	switch {
+	case err == nil:
+		cfg = rest.AnonymousClientConfig(l.CP.AdminConfig())
+		cfg.BearerToken = tr.Status.Token
+	case apierrors.IsNotFound(err):
+		l.Logf("!!! ServiceAccount %s/%s not in the bundle: the local webhook runs as admin", framework.WebhookNamespace, framework.WebhookName)
+		cfg = l.CP.AdminConfig()
+	default:
+		return "", err
+	}
+	return path, cluster.WriteKubeconfig(path, map[string]*rest.Config{"webhook": cfg}, "webhook")
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Teardown implements Provider.
+func (l *Local) Teardown(_ context.Context, failed bool, artifactDir string) error {
+	if l.CP == nil {
+		return nil
+	}
+	if failed {
+		dir := artifactDir
+		if dir == "" {
+			dir = filepath.Join(l.StateDir, "logs")
+		}
+		fmt.Fprintf(os.Stderr, "local control plane logs (copied to %s):\n%s", dir, l.CP.DumpLogs(dir, 40))
+	}
+	l.CP.Stop()
+	if l.RemoveState && !failed {
+		return os.RemoveAll(l.StateDir)
+	}
+	fmt.Fprintf(os.Stderr, "local control plane state kept in %s\n", l.StateDir)
+	return nil
+}

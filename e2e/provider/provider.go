@@ -1,0 +1,68 @@
+// Package provider gives the end-to-end suite its cluster: a local control
+// plane (default), an existing cluster through a kubeconfig, or a kind
+// cluster. Each returns a framework.Env with the same identities, so a suite
+// never knows where it runs.
+package provider
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+)
+
+// Environment variables that choose and tune the provider.
+const (
+	// EnvProvider is local (default), kubeconfig or kind. It is explicit on
+	// purpose: a developer's shell often has KUBECONFIG set for another
+	// cluster, and the suite writes to the cluster it runs on.
+	EnvProvider = "E2E_PROVIDER"
+	// EnvKeepState keeps the local control plane's state directory (PKI,
+	// logs, etcd data) after the run.
+	EnvKeepState = "E2E_KEEP_STATE"
+	// EnvImageArchive is the webhook image tarball the kind provider loads.
+	EnvImageArchive = "E2E_IMAGE_ARCHIVE"
+	// EnvKindCluster names the kind cluster.
+	EnvKindCluster = "KIND_CLUSTER"
+)
+
+// Provider brings a cluster up with the bundle installed and tears it down.
+type Provider interface {
+	Name() string
+	Setup(ctx context.Context) (*framework.Env, error)
+	// Teardown ends what Setup started. failed asks for logs to be kept in
+	// artifactDir (may be "").
+	Teardown(ctx context.Context, failed bool, artifactDir string) error
+}
+
+// FromEnv chooses the provider from $E2E_PROVIDER.
+func FromEnv(logf framework.Logf) (Provider, error) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(root, "bin")
+	switch p := os.Getenv(EnvProvider); p {
+	case "", "local":
+		if kc := os.Getenv("KUBECONFIG"); kc != "" {
+			logf("KUBECONFIG=%s is ignored: the suite starts its own control plane; set %s=kubeconfig to use that cluster", kc, EnvProvider)
+		}
+		state, err := os.MkdirTemp("", "sandbox-fence-e2e-")
+		if err != nil {
+			return nil, err
+		}
+		return &Local{RepoRoot: root, BinDir: bin, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf}, nil
+	case "kubeconfig":
+		kc := os.Getenv("KUBECONFIG")
+		if kc == "" {
+			return nil, fmt.Errorf("%s=kubeconfig needs KUBECONFIG to name the cluster's kubeconfig", EnvProvider)
+		}
+		return &Kubeconfig{Path: kc, Logf: logf}, nil
+	case "kind":
+		return NewKind(root, bin, logf), nil
+	default:
+		return nil, fmt.Errorf("%s=%q: want local, kubeconfig or kind", EnvProvider, p)
+	}
+}
