@@ -1,0 +1,65 @@
+//go:build e2e
+
+// Package suite holds what only the node provider can show: the webhook
+// running in-cluster behind its Service, surviving a rolling restart and the
+// loss of a replica without one failed admission, and cert-controller
+// rotating its certificate end to end. `make test-node` runs it after the
+// shared suite; with any other provider it has nothing to run on.
+package suite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/e2e/node"
+)
+
+var (
+	env      *framework.Env
+	provider *node.Provider
+)
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "node-e2e %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func TestMain(m *testing.M) {
+	if p := os.Getenv("E2E_PROVIDER"); p != "node" {
+		// Not a pass: nothing ran, and the output says so.
+		fmt.Fprintf(os.Stderr, "node-only suite NOT RUN: E2E_PROVIDER=%q; it needs E2E_PROVIDER=node (make test-node)\n", p)
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	provider = node.NewProvider(root, filepath.Join(root, "bin"), logf)
+	artifacts := os.Getenv("E2E_ARTIFACTS")
+	env, err = provider.Setup(ctx)
+	if err != nil {
+		logf("node provider setup failed: %v", err)
+		if terr := provider.Teardown(ctx, true, artifacts); terr != nil {
+			logf("teardown: %v", terr)
+		}
+		return 1
+	}
+	code := m.Run()
+	if err := provider.Teardown(ctx, code != 0, artifacts); err != nil {
+		logf("teardown: %v", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}

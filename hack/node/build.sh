@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the node components the node e2e provider adds to the local control
+# plane: kubelet, kube-scheduler and kube-proxy, from the same pinned tools module as
+# hack/tools/build.sh (hack/tools/kubernetes), so every component is the same
+# release. Nothing prebuilt is downloaded.
+#
+# Rebuilds only when the pinned module or this script changes:
+# bin/.node.stamp records their hash. The Go build cache makes a rebuild after
+# a version bump incremental and shares packages with hack/tools/build.sh.
+#
+# Usage: hack/node/build.sh [-f]   (-f: rebuild even when the stamp matches)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+mod=$root/hack/tools/kubernetes
+bin=${BIN:-$root/bin}
+stamp=$bin/.node.stamp
+mkdir -p "$bin"
+
+# Pinned with hack/tools/build.sh: kubelet v1.37 is the last release that
+# still runs on containerd 1.6 (Debian 12's), as kubelet itself warns.
+k8s_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$mod"/go.mod)
+if [[ -z $k8s_version ]]; then
+  echo "node: cannot read the k8s.io/kubernetes version from $mod/go.mod" >&2
+  exit 1
+fi
+want=$(cat "$mod"/go.mod "$mod"/go.sum "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
+
+all_present() {
+  for b in kubelet kube-scheduler kube-proxy; do
+    [[ -x $bin/$b ]] || return 1
+  done
+}
+
+if [[ ${1:-} != -f ]] && all_present && [[ -f $stamp ]] && [[ $(cat "$stamp") == "$want" ]]; then
+  echo "node: kubelet, kube-scheduler, kube-proxy up to date in $bin (stamp $(cut -c1-12 "$stamp"))"
+  exit 0
+fi
+
+# Without these the binaries report v0.0.0-master, and the kubelet registers a
+# node whose version fails the apiserver's skew checks.
+major=${k8s_version#v}; major=${major%%.*}
+minor=${k8s_version#v*.}; minor=${minor%%.*}
+build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
+done
+
+start=$(date +%s)
+echo "node: building kubelet, kube-scheduler, kube-proxy $k8s_version (hack/tools/kubernetes)"
+# CGO_ENABLED=0: the kubelet's cgo users (cadvisor's libpfm, seccomp
+# notifiers) are optional; the cgroupfs driver and the CRI need none.
+(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$bin"/ \
+  k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kube-proxy)
+
+all_present
+echo "$want" >"$stamp"
+echo "node: built in $(($(date +%s) - start))s into $bin"
