@@ -1,0 +1,332 @@
+package vaptest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"sigs.k8s.io/yaml"
+)
+
+// Case is one policies/<name>/tests/<case>.yaml: a request, the FenceConfig
+// it runs under, and the verdict the API server must give.
+type Case struct {
+	// Description says, as a sentence, what the case shows.
+	Description string     `json:"description"`
+	Request     CaseInput  `json:"request"`
+	Params      CaseParams `json:"params,omitempty"`
+	Expect      Expect     `json:"expect"`
+
+	// File is where the case was read from.
+	File string `json:"-"`
+}
+
+// CaseInput is the admission request. GroupVersionKind comes from the object
+// (or oldObject); the resource from Resources.
+type CaseInput struct {
+	Operation   string   `json:"operation"`
+	User        string   `json:"user"`
+	Groups      []string `json:"groups,omitempty"`
+	Namespace   string   `json:"namespace,omitempty"`
+	Name        string   `json:"name,omitempty"`
+	SubResource string   `json:"subResource,omitempty"`
+	// Object is the new object (CREATE, full-object UPDATE).
+	Object map[string]any `json:"object,omitempty"`
+	// OldObject is the stored object (UPDATE, DELETE).
+	OldObject map[string]any `json:"oldObject,omitempty"`
+	// MergePatch, when set, makes the new object oldObject with this JSON
+	// merge patch (RFC 7386) applied: the shape of the host's unfenced writes.
+	MergePatch map[string]any `json:"mergePatch,omitempty"`
+	// JSONPatch, when set, makes the new object oldObject with this JSON
+	// Patch (RFC 6902) applied: the shape of the host's fenced writes.
+	JSONPatch []any `json:"jsonPatch,omitempty"`
+	// Options are the CreateOptions, UpdateOptions or DeleteOptions.
+	Options map[string]any `json:"options,omitempty"`
+	DryRun  bool           `json:"dryRun,omitempty"`
+}
+
+// CaseParams selects the FenceConfig: the shared default (policies/testdata/
+// fenceconfig.yaml), none at all, or this spec.
+type CaseParams struct {
+	Absent bool           `json:"absent,omitempty"`
+	Spec   map[string]any `json:"spec,omitempty"`
+}
+
+// Expect is the verdict.
+type Expect struct {
+	Allowed bool `json:"allowed"`
+	// Code is the HTTP status of a denial.
+	Code int32 `json:"code,omitempty"`
+	// Messages must all appear in the denial's message.
+	Messages []string `json:"messages,omitempty"`
+	// Policy, when set, is the policy that must have denied.
+	Policy string `json:"policy,omitempty"`
+}
+
+// LoadCases reads every tests/*.yaml of a policy directory, sorted by name.
+func LoadCases(dir string) ([]*Case, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "tests", "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var out []*Case
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		c := &Case{File: f}
+		if err := yaml.UnmarshalStrict(b, c); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		if err := c.check(); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Name is the case's file name without extension.
+func (c *Case) Name() string { return strings.TrimSuffix(filepath.Base(c.File), ".yaml") }
+
+func (c *Case) check() error {
+	var errs []error
+	if c.Description == "" {
+		errs = append(errs, errors.New("description: say in a sentence what the case shows"))
+	}
+	switch c.Request.Operation {
+	case "CREATE", "UPDATE", "DELETE":
+	default:
+		errs = append(errs, fmt.Errorf("request.operation: %q is not CREATE, UPDATE or DELETE", c.Request.Operation))
+	}
+	if c.Request.User == "" {
+		errs = append(errs, errors.New("request.user: required"))
+	}
+	if c.Request.MergePatch != nil && c.Request.JSONPatch != nil {
+		errs = append(errs, errors.New("request: mergePatch and jsonPatch are exclusive"))
+	}
+	if (c.Request.MergePatch != nil || c.Request.JSONPatch != nil) && (c.Request.OldObject == nil || c.Request.Object != nil) {
+		errs = append(errs, errors.New("request: a patch applies to oldObject and replaces object"))
+	}
+	if c.Params.Absent && c.Params.Spec != nil {
+		errs = append(errs, errors.New("params: absent and spec are exclusive"))
+	}
+	if c.Expect.Allowed && (c.Expect.Code != 0 || len(c.Expect.Messages) > 0 || c.Expect.Policy != "") {
+		errs = append(errs, errors.New("expect: an admitted case has no code, messages or policy"))
+	}
+	if !c.Expect.Allowed && (c.Expect.Code == 0 || len(c.Expect.Messages) == 0) {
+		errs = append(errs, errors.New("expect: a denial needs its code and at least one message substring"))
+	}
+	return errors.Join(errs...)
+}
+
+// Resources maps the kinds cases use to their resources.
+var Resources = []Resource{
+	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
+	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1alpha1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
+	{GVK: schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}, Resource: "sandboxclaims", Namespaced: true},
+	{GVK: schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}, Resource: "ciliumnetworkpolicies", Namespaced: true},
+	{GVK: schema.GroupVersionKind{Group: "fence.sandbox.namzu.ai", Version: "v1alpha1", Kind: "FenceConfig"}, Resource: "fenceconfigs"},
+}
+
+// BuildRequest turns the case into an admission request, applying a patch
+// to oldObject when the case has one.
+func (in CaseInput) BuildRequest() (Request, error) {
+	var obj, old *unstructured.Unstructured
+	if in.OldObject != nil {
+		old = &unstructured.Unstructured{Object: runtime.DeepCopyJSON(in.OldObject)}
+	}
+	switch {
+	case in.Object != nil:
+		obj = &unstructured.Unstructured{Object: runtime.DeepCopyJSON(in.Object)}
+	case in.MergePatch != nil || in.JSONPatch != nil:
+		patched, err := applyPatch(in.OldObject, in.MergePatch, in.JSONPatch)
+		if err != nil {
+			return Request{}, err
+		}
+		obj = &unstructured.Unstructured{Object: patched}
+	}
+	ref := obj
+	if ref == nil {
+		ref = old
+	}
+	if ref == nil {
+		return Request{}, errors.New("request: needs object or oldObject (a DELETE's oldObject is the stored object)")
+	}
+	gvk := ref.GroupVersionKind()
+	var gvr schema.GroupVersionResource
+	for _, r := range Resources {
+		if r.GVK == gvk {
+			gvr = r.GVR()
+		}
+	}
+	if gvr.Empty() {
+		return Request{}, fmt.Errorf("request: no resource known for %v", gvk)
+	}
+	ns, name := in.Namespace, in.Name
+	if ns == "" {
+		ns = ref.GetNamespace()
+	}
+	if name == "" {
+		name = ref.GetName()
+	}
+	r := Request{
+		Operation:   admission.Operation(in.Operation),
+		Kind:        gvk,
+		Resource:    gvr,
+		SubResource: in.SubResource,
+		Namespace:   ns,
+		Name:        name,
+		DryRun:      in.DryRun,
+		User:        &user.DefaultInfo{Name: in.User, Groups: in.Groups},
+	}
+	// Typed nils would reach CEL as objects; leave the interface nil instead.
+	if obj != nil {
+		r.Object = obj
+	}
+	if old != nil {
+		r.OldObject = old
+	}
+	opts, err := options(r.Operation, in.Options)
+	if err != nil {
+		return Request{}, err
+	}
+	r.Options = opts
+	return r, nil
+}
+
+func options(op admission.Operation, raw map[string]any) (runtime.Object, error) {
+	var into runtime.Object
+	switch op {
+	case admission.Create:
+		into = &metav1.CreateOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "CreateOptions"}}
+	case admission.Update:
+		into = &metav1.UpdateOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "UpdateOptions"}}
+	case admission.Delete:
+		into = &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "DeleteOptions"}}
+	}
+	if raw == nil {
+		return into, nil
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		return nil, fmt.Errorf("request.options: %w", err)
+	}
+	return into, nil
+}
+
+func applyPatch(old map[string]any, merge map[string]any, ops []any) (map[string]any, error) {
+	doc, err := json.Marshal(old)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	if merge != nil {
+		p, err := json.Marshal(merge)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = jsonpatch.MergePatch(doc, p); err != nil {
+			return nil, fmt.Errorf("request.mergePatch: %w", err)
+		}
+	} else {
+		p, err := json.Marshal(ops)
+		if err != nil {
+			return nil, err
+		}
+		patch, err := jsonpatch.DecodePatch(p)
+		if err != nil {
+			return nil, fmt.Errorf("request.jsonPatch: %w", err)
+		}
+		if out, err = patch.Apply(doc); err != nil {
+			return nil, fmt.Errorf("request.jsonPatch: %w", err)
+		}
+	}
+	var m map[string]any
+	return m, json.Unmarshal(out, &m)
+}
+
+// Verdict is what the plugin answered.
+type Verdict struct {
+	Allowed bool
+	Code    int32
+	Reason  metav1.StatusReason
+	Message string
+}
+
+// Run evaluates the case's request.
+func (h *Harness) Run(ctx context.Context, in CaseInput) (Verdict, error) {
+	req, err := in.BuildRequest()
+	if err != nil {
+		return Verdict{}, err
+	}
+	err = h.Validate(ctx, req)
+	if err == nil {
+		return Verdict{Allowed: true}, nil
+	}
+	var status *apierrors.StatusError
+	if !errors.As(err, &status) {
+		return Verdict{}, fmt.Errorf("the plugin failed instead of answering: %w", err)
+	}
+	s := status.Status()
+	return Verdict{Code: s.Code, Reason: s.Reason, Message: s.Message}, nil
+}
+
+// Problems lists every way v differs from what c expects, plus denials that
+// break the project's rules whatever the case says (SPEC 8.1): a message
+// without its family prefix, a compilation error.
+func (c *Case) Problems(v Verdict) []string {
+	var out []string
+	if strings.Contains(v.Message, "compilation error:") {
+		out = append(out, "the policy did not compile: "+v.Message)
+	}
+	if v.Allowed != c.Expect.Allowed {
+		if v.Allowed {
+			return append(out, "admitted, want denied")
+		}
+		return append(out, fmt.Sprintf("denied (%d %s): %s; want admitted", v.Code, v.Reason, v.Message))
+	}
+	if v.Allowed {
+		return out
+	}
+	if v.Code != c.Expect.Code {
+		out = append(out, fmt.Sprintf("code %d, want %d (message: %s)", v.Code, c.Expect.Code, v.Message))
+	}
+	for _, m := range c.Expect.Messages {
+		if !strings.Contains(v.Message, m) {
+			out = append(out, fmt.Sprintf("message %q does not contain %q", v.Message, m))
+		}
+	}
+	if c.Expect.Policy != "" && !strings.Contains(v.Message, "ValidatingAdmissionPolicy '"+c.Expect.Policy+"'") {
+		out = append(out, fmt.Sprintf("message %q is not from policy %s", v.Message, c.Expect.Policy))
+	}
+	// The one denial the policies do not word: the plugin's own refusal when
+	// a binding's param is missing (parameterNotFoundAction Deny).
+	policyWorded := strings.Contains(v.Message, " denied request: ") && !strings.Contains(v.Message, " denied request: failed to configure binding: ")
+	if policyWorded &&
+		!strings.Contains(v.Message, " denied request: holder-epoch: ") && !strings.Contains(v.Message, " denied request: cilium-fence: ") {
+		out = append(out, "a policy denial must start with holder-epoch: or cilium-fence: (SPEC 8.1): "+v.Message)
+	}
+	if strings.Contains(v.Message, " denied request: ") && (v.Code != 422 || v.Reason != metav1.StatusReasonInvalid) {
+		out = append(out, fmt.Sprintf("a policy denial must be 422 Invalid (SPEC 8.1), got %d %s", v.Code, v.Reason))
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+package vaptest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// PolicyDir is one shipped policy: policies/<name>/{policy,binding}.yaml.
+type PolicyDir struct {
+	Dir     string
+	Policy  *admissionregistrationv1.ValidatingAdmissionPolicy
+	Binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+// LoadPolicyDir reads policy.yaml and binding.yaml strictly: an unknown field
+// is an error, as the API server would refuse it.
+func LoadPolicyDir(dir string) (*PolicyDir, error) {
+	p := &PolicyDir{Dir: dir, Policy: &admissionregistrationv1.ValidatingAdmissionPolicy{}, Binding: &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}}
+	if err := readStrict(filepath.Join(dir, "policy.yaml"), p.Policy); err != nil {
+		return nil, err
+	}
+	if err := readStrict(filepath.Join(dir, "binding.yaml"), p.Binding); err != nil {
+		return nil, err
+	}
+	if p.Policy.Kind != "ValidatingAdmissionPolicy" || p.Binding.Kind != "ValidatingAdmissionPolicyBinding" {
+		return nil, fmt.Errorf("%s: policy.yaml must hold a ValidatingAdmissionPolicy and binding.yaml its binding, got %q and %q", dir, p.Policy.Kind, p.Binding.Kind)
+	}
+	return p, nil
+}
+
+func readStrict(path string, into any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadCRD reads one CustomResourceDefinition from a YAML file.
+func LoadCRD(path string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := readStrict(path, crd); err != nil {
+		return nil, err
+	}
+	return crd, nil
+}
+
+// LoadObjects reads every document of a multi-document YAML file.
+func LoadObjects(path string) ([]*unstructured.Unstructured, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if err.Error() == "EOF" {
+				return out, nil
+			}
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package policies_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+)
+
+// policyDirs are the directories under policies/ that hold a policy.yaml.
+func policyDirs(t *testing.T) []string {
+	t.Helper()
+	matches, err := filepath.Glob("*/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, m := range matches {
+		dirs = append(dirs, filepath.Dir(m))
+	}
+	sort.Strings(dirs)
+	if len(dirs) == 0 {
+		t.Fatal("no policies/*/policy.yaml found")
+	}
+	return dirs
+}
+
+func loadBundle(t *testing.T) []*vaptest.PolicyDir {
+	t.Helper()
+	var out []*vaptest.PolicyDir
+	for _, d := range policyDirs(t) {
+		p, err := vaptest.LoadPolicyDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func defaultParams(t *testing.T) *unstructured.Unstructured {
+	t.Helper()
+	objs, err := vaptest.LoadObjects("testdata/fenceconfig.yaml")
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("testdata/fenceconfig.yaml: want one FenceConfig: %v", err)
+	}
+	return objs[0]
+}
+
+func namespaces(t *testing.T) []*corev1.Namespace {
+	t.Helper()
+	objs, err := vaptest.LoadObjects("testdata/namespaces.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*corev1.Namespace
+	for _, o := range objs {
+		ns := &corev1.Namespace{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ns); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ns)
+	}
+	return out
+}
+
+// harnesses starts one plugin per distinct FenceConfig the cases ask for,
+// with the whole shipped bundle loaded, as on a cluster.
+type harnesses struct {
+	t       *testing.T
+	bundle  []*vaptest.PolicyDir
+	params  *unstructured.Unstructured
+	nss     []*corev1.Namespace
+	mu      sync.Mutex
+	started map[string]*vaptest.Harness
+}
+
+func newHarnesses(t *testing.T) *harnesses {
+	h := &harnesses{t: t, bundle: loadBundle(t), params: defaultParams(t), nss: namespaces(t), started: map[string]*vaptest.Harness{}}
+	t.Cleanup(func() {
+		for _, s := range h.started {
+			s.Stop()
+		}
+	})
+	return h
+}
+
+func (h *harnesses) forParams(p vaptest.CaseParams) *vaptest.Harness {
+	h.t.Helper()
+	var params []*unstructured.Unstructured
+	switch {
+	case p.Absent:
+	case p.Spec != nil: // spec: {} is the shipped empty configuration
+		o := h.params.DeepCopy()
+		o.Object["spec"] = runtime.DeepCopyJSONValue(p.Spec)
+		params = append(params, o)
+	default:
+		params = append(params, h.params)
+	}
+	key, err := json.Marshal(params)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.started[string(key)]; ok {
+		return s
+	}
+	s, err := vaptest.Start(context.Background(), vaptest.Env{Policies: h.bundle, Params: params, Namespaces: h.nss, Resources: vaptest.Resources})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.started[string(key)] = s
+	return s
+}
+
+// TestPolicyCases runs every policies/<name>/tests/<case>.yaml through the
+// API server's validating admission policy plugin with the whole bundle
+// loaded, and compares the verdict.
+func TestPolicyCases(t *testing.T) {
+	hs := newHarnesses(t)
+	total := 0
+	for _, dir := range policyDirs(t) {
+		cases, err := vaptest.LoadCases(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cases) == 0 {
+			t.Errorf("%s has no test cases: add %s/tests/<case>.yaml", dir, dir)
+		}
+		total += len(cases)
+		for _, c := range cases {
+			t.Run(dir+"/"+c.Name(), func(t *testing.T) {
+				v, err := hs.forParams(c.Params).Run(context.Background(), c.Request)
+				if err != nil {
+					t.Fatalf("%s: %v", c.File, err)
+				}
+				for _, p := range c.Problems(v) {
+					t.Errorf("%s (%s): %s", c.File, c.Description, p)
+				}
+			})
+		}
+	}
+	t.Logf("%d cases", total)
+}
+
+// TestEveryPolicyIsInstalled fails when a policy directory is missing from
+// config/vap, or config/vap installs a directory without cases.
+func TestEveryPolicyIsInstalled(t *testing.T) {
+	b, err := os.ReadFile("../config/vap/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(b, &k); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, r := range k.Resources {
+		if name, ok := strings.CutPrefix(r, "../../policies/"); ok {
+			listed[strings.TrimSuffix(name, "/")] = true
+		}
+	}
+	for _, d := range policyDirs(t) {
+		if !listed[d] {
+			t.Errorf("policies/%s is not installed: add ../../policies/%s to config/vap/kustomization.yaml resources", d, d)
+		}
+		delete(listed, d)
+	}
+	for d := range listed {
+		t.Errorf("config/vap installs ../../policies/%s, which has no policy.yaml", d)
+	}
+	for _, d := range policyDirs(t) {
+		if _, err := os.Stat(filepath.Join(d, "kustomization.yaml")); err != nil {
+			t.Errorf("policies/%s needs a kustomization.yaml listing policy.yaml and binding.yaml: %v", d, err)
+		}
+		cases, err := vaptest.LoadCases(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cases) == 0 {
+			t.Errorf("policies/%s is installed but has no cases in tests/", d)
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package policies_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+)
+
+func loadCRDs(t *testing.T, paths ...string) []*apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, p := range paths {
+		crd, err := vaptest.LoadCRD(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, crd)
+	}
+	return out
+}
+
+func typeCheckAll(t *testing.T, crds []*apiextensionsv1.CustomResourceDefinition) {
+	t.Helper()
+	schemas, err := vaptest.NewCRDSchemas(crds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := vaptest.NewRESTMapper(vaptest.Resources)
+	for _, p := range loadBundle(t) {
+		for _, w := range vaptest.TypeCheck(p.Policy, schemas, mapper) {
+			t.Errorf("%s: %s", p.Policy.Name, w)
+		}
+	}
+}
+
+// TestTypeCheckOwnCRDs type-checks every policy against the project's own
+// test CRDs and the FenceConfig CRD.
+func TestTypeCheckOwnCRDs(t *testing.T) {
+	typeCheckAll(t, loadCRDs(t,
+		"../config/crd/testdata/agents.x-k8s.io_sandboxes.yaml",
+		"../config/crd/testdata/cilium.io_ciliumnetworkpolicies.yaml",
+		"../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
+}
+
+// TestTypeCheckUpstreamCRDs type-checks against the real agent-sandbox CRDs
+// and Cilium's CiliumNetworkPolicy CRD when they are on this machine.
+func TestTypeCheckUpstreamCRDs(t *testing.T) {
+	dir := os.Getenv("SANDBOX_FENCE_UPSTREAM_CRDS")
+	if dir == "" {
+		dir = "../../shared/crds-upstream"
+	}
+	sandboxes := filepath.Join(dir, "agent-sandbox", "agents.x-k8s.io_sandboxes.yaml")
+	if _, err := os.Stat(sandboxes); err != nil {
+		t.Skipf("upstream agent-sandbox CRDs not found (set SANDBOX_FENCE_UPSTREAM_CRDS): %v", err)
+	}
+	cilium := ciliumCRD(t)
+	typeCheckAll(t, loadCRDs(t, sandboxes, cilium, "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
+}
+
+// ciliumCRD finds Cilium's own CRD in the module cache without making
+// cilium a dependency of this module.
+func ciliumCRD(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Skipf("go env GOMODCACHE: %v", err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(out)), "github.com", "cilium", "cilium@v1.20.2",
+		"pkg", "k8s", "apis", "cilium.io", "client", "crds", "v2", "ciliumnetworkpolicies.yaml")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("Cilium's CRD is not in the module cache (run go mod download -json github.com/cilium/cilium@v1.20.2 in a scratch module): %v", err)
+	}
+	return path
+}
+
+var _ = json.Marshal
