@@ -64,7 +64,7 @@ tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into b
 	hack/tools/build.sh
 
 .PHONY: e2e
-e2e: tools ## End-to-end suite on the local control plane, or on $KUBECONFIG when set.
+e2e: tools ## End-to-end suite on a local control plane (E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
 	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
 
 .PHONY: dev-up
@@ -98,7 +98,7 @@ kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER)
 	kind load image-archive $(IMAGE_TAR) --name $(KIND_CLUSTER)
 
 .PHONY: e2e-kind
-e2e-kind: image ## Create a kind cluster from kind.yaml, deploy config/default, run the e2e suite, delete it.
+e2e-kind: tools image ## Create a kind cluster from kind.yaml, deploy config/default, run the e2e suite, delete it.
 	E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) \
 	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
 

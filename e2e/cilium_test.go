@@ -70,6 +70,7 @@ func TestPerSandboxPolicyRawSpecBodyIsAdmittedUnchanged(t *testing.T) {
 }
 
 func TestPerSandboxPolicyShapesOutsideTheContractAreDenied(t *testing.T) {
+	requirePolicy(t, framework.PolicyCiliumEgress)
 	claim := hostClaim(t)
 	tests := []struct {
 		name   string
@@ -128,6 +129,7 @@ func TestPerSandboxPolicyWithAnInventedOwnerIsDeniedByTheWebhook(t *testing.T) {
 }
 
 func TestOperatorIsNotFencedAndHostCannotTouchTheOperatorsPolicies(t *testing.T) {
+	requirePolicy(t, framework.PolicyCiliumEgress)
 	baseline := decode(t, []byte(`{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy",
  "metadata":{"name":"baseline-egress","namespace":"`+env.HostNamespace+`"},
  "spec":{"endpointSelector":{},"egress":[{"toEntities":["world"]}]}}`))
@@ -143,6 +145,7 @@ func TestOperatorIsNotFencedAndHostCannotTouchTheOperatorsPolicies(t *testing.T)
 // fenced namespace (a copy-pasted RoleBinding) is still refused there: the
 // fence, not RBAC, ties a host to its namespaces.
 func TestHostOutsideItsNamespaceIsRefused(t *testing.T) {
+	requirePolicy(t, framework.PolicyCiliumEgress)
 	ctx := testContext(t)
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name("other-host-misgrant"), Namespace: env.HostNamespace},

@@ -19,6 +19,7 @@ const changedAt = "2026-08-01T09:00:00.000Z"
 // The host's own wire bodies (pkg/fence) against the shipped holder-epoch
 // policy: SPEC 3.6 rules 3-5 through the one write path the host uses.
 func TestHolderEpochJSONPatchFromTheHostLibrary(t *testing.T) {
+	requirePolicy(t, framework.PolicyHolderEpoch)
 	tests := []struct {
 		name     string
 		stored   string // "" = no annotations map at all
@@ -94,6 +95,7 @@ func TestHolderEpochRawSpecBodiesAreAdmitted(t *testing.T) {
 // Every way to write the main resource arrives at admission as CREATE or
 // UPDATE; the rule must hold on each (SPEC 3.6 scope).
 func TestHolderEpochOnEveryWritePath(t *testing.T) {
+	requirePolicy(t, framework.PolicyHolderEpoch)
 	epochKey := fence.AnnotationHolderEpoch
 	mergeEpoch := func(e string) []byte {
 		return []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, epochKey, e))

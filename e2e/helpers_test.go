@@ -104,3 +104,10 @@ func requireWebhook(t *testing.T) {
 		t.Skip("the webhook is not installed on this cluster (see the setup log): webhook-only case not run")
 	}
 }
+
+func requirePolicy(t *testing.T, policy string) {
+	t.Helper()
+	if !env.Policies[policy] {
+		t.Skipf("ValidatingAdmissionPolicy %s is not installed on this cluster (see the setup log): case not run", policy)
+	}
+}

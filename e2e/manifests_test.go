@@ -62,7 +62,7 @@ func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := env.Apply(ctx, objs, framework.ApplyOptions{DryRun: true}); err != nil {
+			if err := env.Apply(ctx, objs, framework.ApplyOptions{DryRun: true, FieldManager: framework.FieldManager + "-dry-run"}); err != nil {
 				t.Errorf("server refused objects rendered from %s:\n%v", rel, err)
 			}
 		})

@@ -82,6 +82,11 @@ func ResourceFor(mapper meta.RESTMapper, dyn dynamic.Interface, obj *unstructure
 type ApplyOptions struct {
 	// DryRun sends every apply with dryRun=All (kubectl --dry-run=server).
 	DryRun bool
+	// FieldManager defaults to FieldManager. Server-side apply removes the
+	// fields a manager stops applying, so writes with different intent (the
+	// bundle install, the operator's FenceConfig binding, a dry run) use
+	// different managers, as different people would.
+	FieldManager string
 }
 
 // Apply server-side applies objs as the admin (force conflicts: the harness
@@ -117,7 +122,11 @@ func applyOne(ctx context.Context, mapper meta.RESTMapper, dyn dynamic.Interface
 	if err != nil {
 		return err
 	}
-	po := metav1.PatchOptions{FieldManager: FieldManager, Force: ptrTo(true)}
+	manager := opts.FieldManager
+	if manager == "" {
+		manager = FieldManager
+	}
+	po := metav1.PatchOptions{FieldManager: manager, Force: ptrTo(true)}
 	if opts.DryRun {
 		po.DryRun = []string{metav1.DryRunAll}
 	}

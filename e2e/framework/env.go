@@ -61,6 +61,9 @@ type Env struct {
 	// WebhookInstalled is false when the provider found no webhook to run;
 	// webhook-only cases skip with that reason.
 	WebhookInstalled bool
+	// Policies holds the shipped ValidatingAdmissionPolicies found on the
+	// cluster (filled by WaitForEnforcement); cases of a missing one skip.
+	Policies map[string]bool
 	// ConversionServed is true when v1alpha1 Sandbox requests work (a CRD
 	// with strategy None, or a conversion webhook present).
 	ConversionServed bool

@@ -269,5 +269,5 @@ func (e *Env) ConfigureFence(ctx context.Context, name string) error {
 		"metadata":   map[string]any{"name": name},
 		"spec":       map[string]any{"hosts": hosts, "breakGlass": map[string]any{"groups": groups}},
 	}}
-	return e.Apply(ctx, []*unstructured.Unstructured{obj}, ApplyOptions{})
+	return e.Apply(ctx, []*unstructured.Unstructured{obj}, ApplyOptions{FieldManager: FieldManager + "-fenceconfig"})
 }

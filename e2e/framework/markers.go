@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -61,12 +62,19 @@ func (e *Env) WaitDenied(ctx context.Context, m Marker, timeout time.Duration) e
 // owner does not exist, which only the webhook can refuse).
 func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 	var ms []Marker
+	e.Policies = map[string]bool{}
 	exists := func(name string) (bool, error) {
 		_, err := e.Admin.Dynamic.Resource(VAPGVR).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
+		e.Policies[name] = err == nil
 		return err == nil, err
+	}
+	if ok, err := exists(PolicyHolderEpochRepair); err != nil {
+		return nil, err
+	} else if !ok {
+		logMissing(PolicyHolderEpochRepair)
 	}
 	if ok, err := exists(PolicyHolderEpoch); err != nil {
 		return nil, err
@@ -88,6 +96,11 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 		cnp.SetName("marker-without-prefix")
 		ms = append(ms, Marker{Name: PolicyCiliumEgress, As: e.Host, Obj: cnp, Want: PolicyCiliumEgress})
 	}
+	for _, p := range []string{PolicyHolderEpoch, PolicyCiliumEgress} {
+		if !e.Policies[p] {
+			logMissing(p)
+		}
+	}
 	if e.WebhookInstalled {
 		cnp, err := e.PerSandboxPolicy("SandboxClaim", "marker-missing-owner", string(uuid.NewUUID()), []string{"example.com"})
 		if err != nil {
@@ -96,6 +109,10 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 		ms = append(ms, Marker{Name: "webhook", As: e.Host, Obj: cnp, Want: "admission webhook"})
 	}
 	return ms, nil
+}
+
+func logMissing(policy string) {
+	fmt.Fprintf(os.Stderr, "!!! ValidatingAdmissionPolicy %s is NOT INSTALLED: its cases will skip\n", policy)
 }
 
 // WaitForEnforcement waits until every installed enforcer denies its marker.
