@@ -44,11 +44,16 @@ type Options struct {
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 	// ExtraAPIServerArgs and ExtraControllerManagerArgs are appended after
-	// the defaults, so a repeated flag overrides (the last one wins). The
+	// the defaults: a repeated scalar flag overrides (the last one wins), a
+	// repeated list flag (--authorization-mode, --controllers) appends. The
 	// node provider (e2e/node) uses them for what a kubelet needs: a
 	// non-loopback advertise address, the Node authorizer, more controllers.
 	ExtraAPIServerArgs         []string
 	ExtraControllerManagerArgs []string
+	// OnInterrupt runs after the control plane stopped on SIGINT/SIGTERM and
+	// before the process exits: the node provider stops its kubelet and
+	// containers there and cleans the host.
+	OnInterrupt func()
 }
 
 // ControlPlane is a running local control plane.
@@ -139,6 +144,9 @@ func (c *ControlPlane) handleSignals() {
 		case s := <-ch:
 			fmt.Fprintf(os.Stderr, "cluster: %v: stopping the local control plane\n", s)
 			c.Stop()
+			if c.opts.OnInterrupt != nil {
+				c.opts.OnInterrupt()
+			}
 			os.Exit(130)
 		case <-c.stopSig:
 			signal.Stop(ch)

@@ -93,6 +93,11 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		BinDir:   opts.BinDir,
 		StateDir: cpDir,
 		Logf:     opts.Logf,
+		OnInterrupt: func() {
+			if err := n.Stop(); err != nil {
+				n.logf("node: stop after interrupt: %v", err)
+			}
+		},
 		ExtraAPIServerArgs: []string{
 			// Pods reach the apiserver through the kubernetes Service,
 			// whose endpoint is the advertise address: it must be a
@@ -102,7 +107,8 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			"--endpoint-reconciler-type=lease",
 			// A kubelet: the Node authorizer and NodeRestriction, as in
 			// production, and the settings logs and exec need.
-			"--authorization-mode=Node,RBAC",
+			// List flags append to the control plane's: this makes Node,RBAC.
+			"--authorization-mode=Node",
 			"--enable-admission-plugins=NodeRestriction",
 			"--allow-privileged=true",
 			"--kubelet-preferred-address-types=InternalIP,Hostname",
@@ -113,9 +119,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			"--enable-aggregator-routing=true",
 		},
 		ExtraControllerManagerArgs: []string{
+			// Appended to the control plane's list (garbage collector,
+			// namespaces, ServiceAccounts, VAP status).
 			"--controllers=" + strings.Join([]string{
-				"garbage-collector-controller", "namespace-controller", "serviceaccount-controller",
-				"validatingadmissionpolicy-status-controller",
 				// What a Deployment behind a Service with a PDB needs.
 				"deployment-controller", "replicaset-controller", "endpoints-controller",
 				"endpointslice-controller", "disruption-controller", "pod-garbage-collector-controller",
@@ -132,10 +138,16 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.startScheduler(ctx); err != nil {
 		return n, err
 	}
+	// The kubelet first: kube-proxy waits for its Node object to learn the
+	// node's address.
+	waitReady, err := n.startKubelet()
+	if err != nil {
+		return n, err
+	}
 	if err := n.startKubeProxy(ctx); err != nil {
 		return n, err
 	}
-	if err := n.startKubelet(ctx); err != nil {
+	if err := waitReady(ctx); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -301,29 +313,31 @@ func (n *Node) startKubeProxy(ctx context.Context) error {
 	})
 }
 
-func (n *Node) startKubelet(ctx context.Context) error {
+// startKubelet starts the kubelet and returns a wait for its node to be
+// Ready.
+func (n *Node) startKubelet() (func(context.Context) error, error) {
 	l := n.Layout
 	for _, d := range []string{l.KubeletRoot(), l.PodLogs()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	kc := filepath.Join(l.Kubelet(), "kubeconfig")
 	if err := n.kubeconfigFor(kc, "system:node:"+NodeName, "system:nodes"); err != nil {
-		return err
+		return nil, err
 	}
 	var ports KubeletPorts
 	var err error
 	if ports.Server, err = cluster.FreePort(); err != nil {
-		return err
+		return nil, err
 	}
 	if ports.Healthz, err = cluster.FreePort(); err != nil {
-		return err
+		return nil, err
 	}
 	cfg := filepath.Join(l.Kubelet(), "config.yaml")
 	ca := filepath.Join(n.Layout.ControlPlane(), "pki", "ca.crt")
 	if err := os.WriteFile(cfg, []byte(KubeletConfig(l, ca, ports)), 0o644); err != nil {
-		return err
+		return nil, err
 	}
 	p, err := n.start("kubelet", filepath.Join(n.opts.BinDir, "kubelet"), []string{
 		"--config=" + cfg,
@@ -335,24 +349,26 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		"--v=1",
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	kube, err := kubernetes.NewForConfig(n.CP.AdminConfig())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return n.waitFor(ctx, p, 3*time.Minute, "node "+NodeName+" Ready", func(ctx context.Context) (bool, string, error) {
-		node, err := kube.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message, nil
+	return func(ctx context.Context) error {
+		return n.waitFor(ctx, p, 3*time.Minute, "node "+NodeName+" Ready", func(ctx context.Context) (bool, string, error) {
+			node, err := kube.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error(), nil
 			}
-		}
-		return false, "no Ready condition yet", nil
-	})
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					return c.Status == corev1.ConditionTrue, c.Reason + ": " + c.Message, nil
+				}
+			}
+			return false, "no Ready condition yet", nil
+		})
+	}, nil
 }
 
 // Stop ends the node and the control plane and undoes every host change;

@@ -80,12 +80,9 @@ func main() {
 			os.Exit(1)
 		}
 		logf("node ready: export KUBECONFIG=%s; Ctrl-C stops and cleans up", n.CP.AdminKubeconfig())
-		<-ctx.Done()
-		if err := n.Stop(); err != nil {
-			logf("stop: %v", err)
-			os.Exit(1)
-		}
-		logf("stopped; host clean")
+		// From here the control plane's signal handler stops everything,
+		// cleans the host (node.Options.OnInterrupt) and exits.
+		select {}
 	default:
 		flag.Usage()
 		os.Exit(2)
