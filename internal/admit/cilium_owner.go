@@ -65,7 +65,7 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 	}
 
 	ns := obj.GetNamespace()
-	live, err := owners.GetOwner(ctx, kind, ns, ref.Name)
+	live, err := owners.GetOwner(ctx, kind, ns, ref.Name, ref.UID)
 	if err != nil {
 		return field.ErrorList{lookupError(namePath, kind, ns, ref.Name, err)}, nil
 	}
@@ -106,7 +106,7 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 
 // checkUniqueLabel looks for other claims and Sandboxes whose pods carry the
 // same label (SPEC 4.4 item 3): the policy would open egress for their pods
-// too. Objects owned by the owner (the Sandbox a claim adopted, which
+// too. A cached copy of the owner itself and objects owned by the owner (the Sandbox a claim adopted, which
 // inherits the claim's pod labels) are the same sandbox and do not count.
 // Refused when spec.uniqueOwnerLabel is set, a warning otherwise.
 func checkUniqueLabel(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, owners OwnerLookup, owner *unstructured.Unstructured, key, value string) (field.ErrorList, []string) {
@@ -122,7 +122,9 @@ func checkUniqueLabel(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, o
 		}
 		for i := range items {
 			it := &items[i]
-			if it.GetUID() == owner.GetUID() || ownedBy(it, owner) {
+			// Same kind and name is the owner itself, possibly a stale cached
+			// copy with its previous uid.
+			if it.GetUID() == owner.GetUID() || (k.GVK.Kind == owner.GetKind() && it.GetName() == owner.GetName()) || ownedBy(it, owner) {
 				continue
 			}
 			if k.PodLabels(it)[key] == value {

@@ -33,7 +33,7 @@ func TestValidateCiliumOwner(t *testing.T) {
 	cases := []struct {
 		name         string
 		cfg          *fencev1alpha1.FenceConfig
-		owners       *tst.FakeOwners
+		owners       admit.OwnerLookup
 		old, obj     *unstructured.Unstructured
 		wantErrs     field.ErrorList
 		wantWarnings []string
@@ -190,6 +190,11 @@ func TestValidateCiliumOwner(t *testing.T) {
 		owners: tst.NewFakeOwners(claim, tst.MakeSandbox("pool-x1").PodLabel(tst.LabelKey, "a").OwnedBy(claim).Obj()),
 		obj:    tst.MakeCNP(claim).Obj(),
 	}, {
+		name:   "a stale list entry of the owner itself under its previous uid does not count",
+		cfg:    tst.MakeConfig("sandbox-fence").UniqueOwnerLabel().Obj(),
+		owners: &staleList{FakeOwners: tst.NewFakeOwners(claim), stale: tst.MakeClaim("a").UID("uid-old").Obj()},
+		obj:    tst.MakeCNP(claim).Obj(),
+	}, {
 		name:   "the same label value in another namespace does not count",
 		cfg:    tst.MakeConfig("sandbox-fence").UniqueOwnerLabel().Obj(),
 		owners: tst.NewFakeOwners(claim, tst.MakeClaim("a").Namespace("elsewhere").UID("uid-other").Obj()),
@@ -238,4 +243,23 @@ func duplicate(p *field.Path, v any, detail string) *field.Error {
 func withObjectLabel(u *unstructured.Unstructured, k, v string) *unstructured.Unstructured {
 	u.SetLabels(map[string]string{k: v})
 	return u
+}
+
+// staleList answers lists with an outdated copy of an object, as an
+// informer does for a moment after the object was recreated.
+type staleList struct {
+	*tst.FakeOwners
+	stale *unstructured.Unstructured
+}
+
+func (s *staleList) ListOwners(ctx context.Context, k admit.OwnerKind, ns string) ([]unstructured.Unstructured, error) {
+	items, err := s.FakeOwners.ListOwners(ctx, k, ns)
+	if k.GVK.Kind == s.stale.GetKind() {
+		for i := range items {
+			if items[i].GetName() == s.stale.GetName() {
+				items[i] = *s.stale.DeepCopy()
+			}
+		}
+	}
+	return items, err
 }

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // DefaultLabelKey is the per-sandbox pod label key when the FenceConfig sets
@@ -65,7 +66,10 @@ func (k OwnerKind) PodLabels(obj *unstructured.Unstructured) map[string]string {
 // an error wrapping context.DeadlineExceeded when ctx expired first.
 type OwnerLookup interface {
 	// GetOwner returns the live object of kind k named name in namespace.
-	GetOwner(ctx context.Context, k OwnerKind, namespace, name string) (*unstructured.Unstructured, error)
+	// uid is the uid the caller expects: a cached answer that disagrees
+	// with it (or a cache miss) must be confirmed with a live read, so that
+	// informer lag never refuses an owner created or recreated a moment ago.
+	GetOwner(ctx context.Context, k OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error)
 	// ListOwners returns every object of kind k in namespace.
 	ListOwners(ctx context.Context, k OwnerKind, namespace string) ([]unstructured.Unstructured, error)
 }

@@ -1,0 +1,255 @@
+// Package webhook adapts the rules of internal/admit to admission requests:
+// it decides which requests a rule applies to, reads the FenceConfig, and
+// turns field errors into 422 Invalid denials. It never mutates.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/admit"
+)
+
+// Paths the handlers are served on.
+const (
+	CiliumEgressPath  = "/validate-cilium-egress"
+	SandboxDeletePath = "/validate-sandbox-delete"
+)
+
+// Message prefixes (SPEC 8.1): the rule family, so a client can tell which
+// fence refused it.
+const (
+	ciliumFamily = "cilium-fence"
+	epochFamily  = "holder-epoch"
+)
+
+// DefaultLookupTimeout bounds the owner lookups of one request; it is below
+// the webhook's timeoutSeconds (5) so the webhook answers with its own clear
+// message instead of the API server timing it out.
+const DefaultLookupTimeout = 3 * time.Second
+
+var (
+	cnpGK     = schema.GroupKind{Group: "cilium.io", Kind: "CiliumNetworkPolicy"}
+	sandboxGK = schema.GroupKind{Group: "agents.x-k8s.io", Kind: "Sandbox"}
+)
+
+// ConfigSource reads the FenceConfig both rules are driven by.
+type ConfigSource struct {
+	// Reader is the manager's cache.
+	Reader client.Reader
+	// Name is the FenceConfig's name (--config-name).
+	Name string
+}
+
+func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, error) {
+	cfg := &fencev1alpha1.FenceConfig{}
+	if err := c.Reader.Get(ctx, types.NamespacedName{Name: c.Name}, cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// isServiceAccount mirrors the webhook configuration's matchCondition: a host
+// is a ServiceAccount, and no human user is ever refused by this webhook.
+func isServiceAccount(username string) bool {
+	return strings.HasPrefix(username, "system:serviceaccount:")
+}
+
+// CiliumHandler verifies the owner of a bound host's per-sandbox
+// CiliumNetworkPolicy (SPEC 4.4 items 1-3).
+type CiliumHandler struct {
+	Config ConfigSource
+	Owners admit.OwnerLookup
+	// LookupTimeout bounds the lookups of one request (DefaultLookupTimeout
+	// when zero).
+	LookupTimeout time.Duration
+	Metrics       *Metrics
+}
+
+// Handle implements admission.Handler.
+func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	log := logf.FromContext(ctx).WithValues("rule", RuleCiliumOwner)
+	if req.Kind.Group != cnpGK.Group || req.Kind.Kind != cnpGK.Kind || req.SubResource != "" ||
+		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		return admission.Allowed("cilium-fence: only CREATE and UPDATE of CiliumNetworkPolicy are checked")
+	}
+	if !isServiceAccount(req.UserInfo.Username) {
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		return admission.Allowed("cilium-fence: not a ServiceAccount")
+	}
+	// One deadline for everything the request reads, so a cache that is
+	// not synced yet cannot hold the API server's request until its own
+	// timeout: the webhook answers first, with a message.
+	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
+	defer cancel()
+	cfg, err := h.Config.get(lctx)
+	if err != nil {
+		// Without the configuration the webhook cannot tell a host from any
+		// other ServiceAccount; like the policy's parameterNotFoundAction
+		// Deny, it refuses rather than let a host through unverified. Only
+		// ServiceAccount writes of policies in fenced namespaces reach here.
+		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
+		h.Metrics.decision(RuleCiliumOwner, VerdictError)
+		return configDenial(ciliumFamily, cnpGK, req.Name, h.Config.Name, err,
+			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)")
+	}
+	if cfg.Spec.HostFor(req.UserInfo.Username) == nil {
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		return admission.Allowed("cilium-fence: not a bound host")
+	}
+	obj, err := decodeObject(req.Object.Raw)
+	if err != nil {
+		h.Metrics.decision(RuleCiliumOwner, VerdictDenied)
+		return denial(ciliumFamily, cnpGK, req.Name, field.ErrorList{field.Invalid(field.NewPath("object"), nil,
+			"the request's object is not a decodable CiliumNetworkPolicy: "+err.Error())}, nil)
+	}
+	// The request's namespace is authoritative: the owner must live there.
+	obj.SetNamespace(req.Namespace)
+	var old *unstructured.Unstructured
+	if req.Operation == admissionv1.Update {
+		old, _ = decodeObject(req.OldObject.Raw)
+	}
+
+	errs, warnings := admit.ValidateCiliumOwner(lctx, &cfg.Spec, h.Owners, old, obj)
+	if len(errs) > 0 {
+		verdict := verdictOf(errs)
+		log.Info("denied", "errors", errs.ToAggregate().Error())
+		h.Metrics.decision(RuleCiliumOwner, verdict)
+		return denial(ciliumFamily, cnpGK, req.Name, errs, warnings)
+	}
+	h.Metrics.decision(RuleCiliumOwner, VerdictAllowed)
+	if len(warnings) > 0 {
+		log.Info("admitted with warnings", "warnings", warnings)
+	}
+	return admission.Allowed("").WithWarnings(warnings...)
+}
+
+// SandboxDeleteHandler enforces strict delete (SPEC 8.4). It is only
+// reached when the strict-delete component routes Sandbox DELETEs here, and
+// it refuses only when spec.strictDelete is set too.
+type SandboxDeleteHandler struct {
+	Config ConfigSource
+	// LookupTimeout bounds the FenceConfig read (DefaultLookupTimeout when
+	// zero).
+	LookupTimeout time.Duration
+	Metrics       *Metrics
+}
+
+// Handle implements admission.Handler.
+func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	log := logf.FromContext(ctx).WithValues("rule", RuleStrictDelete)
+	if req.Kind.Group != sandboxGK.Group || req.Kind.Kind != sandboxGK.Kind || req.SubResource != "" ||
+		req.Operation != admissionv1.Delete {
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		return admission.Allowed("holder-epoch: only DELETE of Sandbox is checked")
+	}
+	if !isServiceAccount(req.UserInfo.Username) {
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		return admission.Allowed("holder-epoch: not a ServiceAccount")
+	}
+	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
+	defer cancel()
+	cfg, err := h.Config.get(lctx)
+	if apierrors.IsNotFound(err) {
+		// Strict delete is configuration; with no configuration it is off,
+		// as SPEC 8.4 makes it by default.
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		return admission.Allowed("holder-epoch: no FenceConfig, strict delete is off")
+	}
+	if err != nil {
+		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
+		h.Metrics.decision(RuleStrictDelete, VerdictError)
+		return configDenial(epochFamily, sandboxGK, req.Name, h.Config.Name, err,
+			"the webhook cannot tell whether strict delete applies, so it refuses Sandbox deletes by ServiceAccounts in fenced namespaces; retry")
+	}
+	if !cfg.Spec.StrictDelete || cfg.Spec.HostFor(req.UserInfo.Username) == nil {
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		return admission.Allowed("holder-epoch: strict delete is off or the requester is not a bound host")
+	}
+	// A stored object that cannot be read is passed as nil, which the rule
+	// treats like a malformed epoch (fail closed).
+	old, _ := decodeObject(req.OldObject.Raw)
+	var opts *metav1.DeleteOptions
+	if len(req.Options.Raw) > 0 {
+		o := &metav1.DeleteOptions{}
+		if json.Unmarshal(req.Options.Raw, o) == nil {
+			opts = o
+		}
+	}
+	if errs := admit.ValidateSandboxDelete(&cfg.Spec, old, opts); len(errs) > 0 {
+		log.Info("denied", "errors", errs.ToAggregate().Error())
+		h.Metrics.decision(RuleStrictDelete, VerdictDenied)
+		return denial(epochFamily, sandboxGK, req.Name, errs, nil)
+	}
+	h.Metrics.decision(RuleStrictDelete, VerdictAllowed)
+	return admission.Allowed("")
+}
+
+func orDefault(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultLookupTimeout
+	}
+	return d
+}
+
+func verdictOf(errs field.ErrorList) string {
+	for _, e := range errs {
+		if e.Type == field.ErrorTypeInternal {
+			return VerdictError
+		}
+	}
+	return VerdictDenied
+}
+
+// decodeObject decodes a raw admission object; an empty or non-object body
+// is an error rather than an empty object, so it is never mistaken for one.
+func decodeObject(raw []byte) (*unstructured.Unstructured, error) {
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("the object is empty")
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// denial is a 422 Invalid (SPEC 8.1: never 403, which a host reads as
+// missing RBAC) whose details.causes carry the field paths. The message
+// starts with the rule family.
+func denial(family string, gk schema.GroupKind, name string, errs field.ErrorList, warnings []string) admission.Response {
+	st := apierrors.NewInvalid(gk, name, errs).Status()
+	st.Message = family + ": " + st.Message
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st, Warnings: warnings}}
+}
+
+func configDenial(family string, gk schema.GroupKind, name, configName string, err error, consequence string) admission.Response {
+	what := "not found"
+	if !apierrors.IsNotFound(err) {
+		what = "could not be read (" + err.Error() + ")"
+	}
+	st := metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    422,
+		Reason:  metav1.StatusReasonInvalid,
+		Message: fmt.Sprintf("%s: FenceConfig %q %s; %s", family, configName, what, consequence),
+		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name},
+	}
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
+}

@@ -1,0 +1,454 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
+	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
+)
+
+// verdict is the part of a response a client sees.
+type verdict struct {
+	Allowed  bool
+	Code     int32
+	Reason   metav1.StatusReason
+	Message  string
+	Causes   []metav1.StatusCause
+	Warnings []string
+	Patch    bool
+}
+
+func verdictOf(r admission.Response) verdict {
+	v := verdict{Allowed: r.Allowed, Warnings: r.Warnings, Patch: len(r.Patches) > 0 || r.Patch != nil}
+	if r.Result != nil && !r.Allowed {
+		v.Code, v.Reason, v.Message = r.Result.Code, r.Result.Reason, r.Result.Message
+		if r.Result.Details != nil {
+			v.Causes = r.Result.Details.Causes
+		}
+	}
+	return v
+}
+
+func scheme(t testing.TB) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := fencev1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, gvk := range []struct{ kind, list string }{{"SandboxClaim", "SandboxClaimList"}, {"Sandbox", "SandboxList"}} {
+		gv := tst.ClaimGVK.GroupVersion()
+		if gvk.kind == "Sandbox" {
+			gv = tst.SandboxGVK.GroupVersion()
+		}
+		s.AddKnownTypeWithName(gv.WithKind(gvk.kind), &unstructured.Unstructured{})
+		s.AddKnownTypeWithName(gv.WithKind(gvk.list), &unstructured.UnstructuredList{})
+	}
+	return s
+}
+
+func fakeReader(t testing.TB, objs ...client.Object) client.Client {
+	t.Helper()
+	return fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).Build()
+}
+
+// countingReader counts Gets, to tell a cache answer from a live one.
+type countingReader struct {
+	client.Reader
+	gets int
+}
+
+func (c *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.gets++
+	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// blockingReader answers only when the caller's deadline expires, like an
+// API server that does not answer.
+type blockingReader struct{ client.Reader }
+
+func (blockingReader) Get(ctx context.Context, _ client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func raw(t testing.TB, obj any) runtime.RawExtension {
+	t.Helper()
+	if obj == nil {
+		return runtime.RawExtension{}
+	}
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runtime.RawExtension{Raw: b}
+}
+
+func cnpRequest(t testing.TB, op admissionv1.Operation, user string, old, obj *unstructured.Unstructured) admission.Request {
+	t.Helper()
+	name := ""
+	if obj != nil {
+		name = obj.GetName()
+	} else if old != nil {
+		name = old.GetName()
+	}
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "req-1",
+		Kind:      metav1.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"},
+		Resource:  metav1.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"},
+		Name:      name,
+		Namespace: tst.Namespace,
+		Operation: op,
+		UserInfo:  authnv1.UserInfo{Username: user},
+	}}
+	if obj != nil {
+		req.Object = raw(t, obj)
+	}
+	if old != nil {
+		req.OldObject = raw(t, old)
+	}
+	return req
+}
+
+func TestCiliumHandler(t *testing.T) {
+	claim := tst.MakeClaim("a").Obj()
+	cnp := tst.MakeCNP(claim).Obj()
+	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).Obj()
+	ownerName := "metadata.ownerReferences[0].name"
+	notFoundMsg := `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`
+
+	cases := []struct {
+		name       string
+		config     *fencev1alpha1.FenceConfig
+		cache      []client.Object
+		live       []client.Object
+		blockLive  bool
+		req        admission.Request
+		want       verdict
+		wantLive   int
+		wantMetric string
+	}{{
+		name:       "the host's policy whose claim is in the cache is admitted without a live read",
+		config:     cfg,
+		cache:      []client.Object{claim},
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:       "a claim created a moment ago, not yet in the cache, is found by a live read",
+		config:     cfg,
+		live:       []client.Object{claim},
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Allowed: true},
+		wantLive:   1,
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:       "a claim recreated under the same name is confirmed by a live read when the cache still has the old uid",
+		config:     cfg,
+		cache:      []client.Object{tst.MakeClaim("a").UID("uid-old").Obj()},
+		live:       []client.Object{claim},
+		req:        cnpRequest(t, admissionv1.Update, tst.HostUser, cnp, cnp),
+		want:       verdict{Allowed: true},
+		wantLive:   1,
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:     "an invented owner found neither in the cache nor live is refused with 422 and its field",
+		config:   cfg,
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		wantLive: 1,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
+				Message: `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:      "a live read that does not answer in time fails closed with a timeout message",
+		config:    cfg,
+		blockLive: true,
+		req:       cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeInternal, Field: ownerName,
+				Message: `Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`}}},
+		wantMetric: webhook.VerdictError,
+	}, {
+		name:   "a missing FenceConfig refuses a ServiceAccount's policy write and says what to do",
+		cache:  []client.Object{claim},
+		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:   verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`},
+		wantMetric: webhook.VerdictError,
+	}, {
+		name:       "a missing FenceConfig never refuses a human user",
+		req:        cnpRequest(t, admissionv1.Create, "alice@example.com", nil, cnp),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:       "a ServiceAccount that is not a bound host is not checked",
+		config:     cfg,
+		req:        cnpRequest(t, admissionv1.Create, "system:serviceaccount:gitops:argocd", nil, cnp),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:       "a DELETE of a policy is not this webhook's business",
+		config:     cfg,
+		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:   "a request for another kind is admitted untouched",
+		config: cfg,
+		req: func() admission.Request {
+			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r.Kind = metav1.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}
+			return r
+		}(),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:   "an object that is not JSON is refused with 422, not a panic",
+		config: cfg,
+		req: func() admission.Request {
+			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r.Object.Raw = []byte(`["not", "an", "object"]`)
+			return r
+		}(),
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: object: Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: "object",
+				Message: `Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:   "a policy without owner is refused by field, not by a panic",
+		config: cfg,
+		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, tst.MakeCNP(claim).OwnerRefs().Obj()),
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences: Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "metadata.ownerReferences",
+				Message: "Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to"}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:   "the owner is looked up in the request's namespace, whatever the body says",
+		config: cfg,
+		cache:  []client.Object{claim},
+		req: func() admission.Request {
+			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r.Namespace = "other"
+			return r
+		}(),
+		wantLive: 1,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
+				Message: `Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:   "a suspicious but valid write is admitted with a warning",
+		config: cfg,
+		cache:  []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()},
+		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want: verdict{Allowed: true, Warnings: []string{
+			"cilium-fence: spec.endpointSelector.matchLabels[sandbox.namzu.ai/per-sandbox-egress]: the pod label sandbox.namzu.ai/per-sandbox-egress=a is also carried by SandboxClaim/b, whose pods this policy would also let out; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"}},
+		wantMetric: webhook.VerdictAllowed,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cacheObjs := append([]client.Object(nil), tc.cache...)
+			if tc.config != nil {
+				cacheObjs = append(cacheObjs, tc.config)
+			}
+			live := &countingReader{Reader: fakeReader(t, tc.live...)}
+			var liveReader client.Reader = live
+			if tc.blockLive {
+				liveReader = blockingReader{}
+			}
+			reg := prometheus.NewRegistry()
+			m := webhook.NewMetrics(reg)
+			cache := fakeReader(t, cacheObjs...)
+			h := &webhook.CiliumHandler{
+				Config:        webhook.ConfigSource{Reader: cache, Name: fencev1alpha1.DefaultConfigName},
+				Owners:        &webhook.OwnerLookup{Cache: cache, Live: liveReader, Metrics: m},
+				LookupTimeout: 100 * time.Millisecond,
+				Metrics:       m,
+			}
+			got := verdictOf(h.Handle(context.Background(), tc.req))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("response (-want +got):\n%s", diff)
+			}
+			if !tc.blockLive && live.gets != tc.wantLive {
+				t.Errorf("live reads: want %d, got %d", tc.wantLive, live.gets)
+			}
+			if n := (decisions(reg, webhook.RuleCiliumOwner, tc.wantMetric)); n != 1 {
+				t.Errorf("%s{rule=%s,verdict=%s} = %v, want 1", webhook.DecisionsMetric, webhook.RuleCiliumOwner, tc.wantMetric, n)
+			}
+		})
+	}
+}
+
+// decisions reads the counter for rule and verdict by gathering the
+// registry, as Prometheus would scrape it.
+func decisions(reg *prometheus.Registry, rule, verdictLabel string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != webhook.DecisionsMetric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["rule"] == rule && labels["verdict"] == verdictLabel {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func sandboxDeleteRequest(t testing.TB, user string, old *unstructured.Unstructured, opts any) admission.Request {
+	t.Helper()
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "req-2",
+		Kind:      metav1.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"},
+		Resource:  metav1.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"},
+		Name:      "s",
+		Namespace: tst.Namespace,
+		Operation: admissionv1.Delete,
+		UserInfo:  authnv1.UserInfo{Username: user},
+	}}
+	if old != nil {
+		req.OldObject = raw(t, old)
+	}
+	if opts != nil {
+		req.Options = raw(t, opts)
+	}
+	return req
+}
+
+func TestSandboxDeleteHandler(t *testing.T) {
+	strict := tst.MakeConfig(fencev1alpha1.DefaultConfigName).StrictDelete().Obj()
+	fenced := tst.MakeSandbox("s").Epoch("3").Obj()
+	rv := "1001"
+	precondition := &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"},
+		Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
+	const required = `Required value: the stored holder epoch is 3; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (SPEC 3.4)`
+
+	cases := []struct {
+		name       string
+		config     *fencev1alpha1.FenceConfig
+		req        admission.Request
+		want       verdict
+		wantMetric string
+	}{{
+		name:       "the host's fenced DELETE is admitted under strict delete",
+		config:     strict,
+		req:        sandboxDeleteRequest(t, tst.HostUser, fenced, precondition),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:   "the host's unconditional DELETE of a fenced Sandbox is refused under strict delete",
+		config: strict,
+		req:    sandboxDeleteRequest(t, tst.HostUser, fenced, &metav1.DeleteOptions{}),
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `holder-epoch: Sandbox.agents.x-k8s.io "s" is invalid: preconditions.resourceVersion: ` + required,
+			Causes:  []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "preconditions.resourceVersion", Message: required}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:   "options that are not DeleteOptions count as no precondition",
+		config: strict,
+		req: func() admission.Request {
+			r := sandboxDeleteRequest(t, tst.HostUser, fenced, nil)
+			r.Options.Raw = []byte(`"garbage"`)
+			return r
+		}(),
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `holder-epoch: Sandbox.agents.x-k8s.io "s" is invalid: preconditions.resourceVersion: ` + required,
+			Causes:  []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "preconditions.resourceVersion", Message: required}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:       "an unconditional DELETE is admitted while strict delete is off",
+		config:     tst.MakeConfig(fencev1alpha1.DefaultConfigName).Obj(),
+		req:        sandboxDeleteRequest(t, tst.HostUser, fenced, nil),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:       "an unconditional DELETE is admitted when there is no FenceConfig",
+		req:        sandboxDeleteRequest(t, tst.HostUser, fenced, nil),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:       "the agent-sandbox controller's DELETE is never checked",
+		config:     strict,
+		req:        sandboxDeleteRequest(t, "system:serviceaccount:agent-sandbox-system:agent-sandbox-controller", fenced, nil),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:   "a Sandbox update routed here by mistake is admitted untouched",
+		config: strict,
+		req: func() admission.Request {
+			r := sandboxDeleteRequest(t, tst.HostUser, fenced, nil)
+			r.Operation = admissionv1.Update
+			return r
+		}(),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.config != nil {
+				objs = append(objs, tc.config)
+			}
+			reg := prometheus.NewRegistry()
+			m := webhook.NewMetrics(reg)
+			h := &webhook.SandboxDeleteHandler{Config: webhook.ConfigSource{Reader: fakeReader(t, objs...), Name: fencev1alpha1.DefaultConfigName}, Metrics: m}
+			got := verdictOf(h.Handle(context.Background(), tc.req))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("response (-want +got):\n%s", diff)
+			}
+			if n := (decisions(reg, webhook.RuleStrictDelete, tc.wantMetric)); n != 1 {
+				t.Errorf("%s{rule=%s,verdict=%s} = %v, want 1", webhook.DecisionsMetric, webhook.RuleStrictDelete, tc.wantMetric, n)
+			}
+		})
+	}
+}
+
+// An unreadable configuration (not merely absent) must fail closed too.
+func TestCiliumHandlerConfigUnreadable(t *testing.T) {
+	h := &webhook.CiliumHandler{
+		Config:        webhook.ConfigSource{Reader: errReader{errors.New("cache not synced")}, Name: "cfg"},
+		Owners:        tst.NewFakeOwners(),
+		LookupTimeout: 100 * time.Millisecond,
+	}
+	got := verdictOf(h.Handle(context.Background(), cnpRequest(t, admissionv1.Create, tst.HostUser, nil, tst.MakeCNP(tst.MakeClaim("a").Obj()).Obj())))
+	want := verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "cfg" could not be read (cache not synced); the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("response (-want +got):\n%s", diff)
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Get(context.Context, types.NamespacedName, client.Object, ...client.GetOption) error {
+	return e.err
+}
+
+func (e errReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return e.err }

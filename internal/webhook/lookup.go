@@ -1,0 +1,107 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/admit"
+)
+
+// OwnerLookup reads owners from an informer cache and confirms anything the
+// cache cannot vouch for with a live GET. The host creates the claim (or
+// Sandbox) and its policy back to back, so the cache routinely lags behind
+// the policy write by a few milliseconds; refusing then would break the
+// host's normal path.
+type OwnerLookup struct {
+	// Cache is the informer-backed reader (the manager's cache).
+	Cache client.Reader
+	// Live reads straight from the API server (the manager's APIReader).
+	Live client.Reader
+	// Metrics may be nil.
+	Metrics *Metrics
+}
+
+var _ admit.OwnerLookup = (*OwnerLookup)(nil)
+
+func newOwnerObject(k admit.OwnerKind) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(k.GVK)
+	return u
+}
+
+// GetOwner implements admit.OwnerLookup: the cache first; on a miss, a
+// cache error or a different uid (an owner recreated under the same name),
+// a live GET decides.
+func (l *OwnerLookup) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
+	u := newOwnerObject(k)
+	start := time.Now()
+	err := l.Cache.Get(ctx, key, u)
+	l.Metrics.lookup(k.GVK.Kind, "cache", lookupResult(err), time.Since(start))
+	if err == nil && u.GetUID() == uid {
+		u.SetGroupVersionKind(k.GVK)
+		return u, nil
+	}
+	if ctx.Err() != nil {
+		return nil, withCtxErr(ctx, err)
+	}
+	u = newOwnerObject(k)
+	start = time.Now()
+	err = l.Live.Get(ctx, key, u)
+	l.Metrics.lookup(k.GVK.Kind, "live", lookupResult(err), time.Since(start))
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, withCtxErr(ctx, err)
+	}
+	u.SetGroupVersionKind(k.GVK)
+	return u, nil
+}
+
+// ListOwners implements admit.OwnerLookup from the cache only: the
+// uniqueness check is advisory by nature (a duplicate can be created right
+// after the policy), so informer lag is acceptable there.
+func (l *OwnerLookup) ListOwners(ctx context.Context, k admit.OwnerKind, namespace string) ([]unstructured.Unstructured, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
+	start := time.Now()
+	err := l.Cache.List(ctx, list, client.InNamespace(namespace))
+	l.Metrics.lookup(k.GVK.Kind, "cache-list", lookupResult(err), time.Since(start))
+	if err != nil {
+		return nil, withCtxErr(ctx, err)
+	}
+	return list.Items, nil
+}
+
+func lookupResult(err error) string {
+	switch {
+	case err == nil:
+		return "found"
+	case apierrors.IsNotFound(err):
+		return "not_found"
+	default:
+		return "error"
+	}
+}
+
+// withCtxErr makes an error caused by the request's deadline recognisable
+// (errors.Is context.DeadlineExceeded) whatever the client wrapped it in, so
+// the rule can say "timed out".
+func withCtxErr(ctx context.Context, err error) error {
+	ctxErr := ctx.Err()
+	if ctxErr == nil || err == nil || errors.Is(err, ctxErr) {
+		if err == nil {
+			return ctxErr
+		}
+		return err
+	}
+	return fmt.Errorf("%w (%v)", ctxErr, err)
+}
