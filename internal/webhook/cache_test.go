@@ -46,8 +46,8 @@ func TestTrimOwner(t *testing.T) {
 		in:   sandbox,
 		want: &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
-			"metadata":   map[string]any{"name": "s", "namespace": tst.Namespace, "uid": "uid-s"},
-			"spec":       map[string]any{"podTemplate": map[string]any{"metadata": map[string]any{"labels": map[string]any{tst.LabelKey: "s"}}}},
+			"metadata": map[string]any{"name": "s", "namespace": tst.Namespace, "uid": "uid-s"},
+			"spec":     map[string]any{"podTemplate": map[string]any{"metadata": map[string]any{"labels": map[string]any{tst.LabelKey: "s"}}}},
 		}},
 	}, {
 		name: "pod labels of the wrong type are kept as they are for the rule to refuse",

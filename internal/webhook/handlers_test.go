@@ -187,10 +187,10 @@ func TestCiliumHandler(t *testing.T) {
 				Message: `Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`}}},
 		wantMetric: webhook.VerdictError,
 	}, {
-		name:   "a missing FenceConfig refuses a ServiceAccount's policy write and says what to do",
-		cache:  []client.Object{claim},
-		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:   verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`},
+		name:       "a missing FenceConfig refuses a ServiceAccount's policy write and says what to do",
+		cache:      []client.Object{claim},
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`},
 		wantMetric: webhook.VerdictError,
 	}, {
 		name:       "a missing FenceConfig never refuses a human user",
