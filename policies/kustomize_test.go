@@ -1,0 +1,152 @@
+package policies_test
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// render builds a kustomization directory the way kubectl kustomize does.
+func render(t *testing.T, dir string) resmap.ResMap {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return m
+}
+
+// installed summarises what a rendering installs: kind/name of every object,
+// and for each binding the policy and param it names.
+type installed struct {
+	Objects  []string
+	Bindings map[string][2]string
+}
+
+func summarise(t *testing.T, m resmap.ResMap) installed {
+	t.Helper()
+	out := installed{Bindings: map[string][2]string{}}
+	for _, r := range m.Resources() {
+		out.Objects = append(out.Objects, r.GetKind()+"/"+r.GetName())
+		if r.GetKind() != "ValidatingAdmissionPolicyBinding" {
+			continue
+		}
+		policy, err := r.GetString("spec.policyName")
+		if err != nil {
+			t.Fatal(err)
+		}
+		param, _ := r.GetString("spec.paramRef.name")
+		out.Bindings[r.GetName()] = [2]string{policy, param}
+	}
+	sort.Strings(out.Objects)
+	return out
+}
+
+func absDir(t *testing.T, rel string) string {
+	t.Helper()
+	d, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// overlay writes a kustomization over config/vap into a temporary directory.
+func overlay(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	// kustomize refuses an absolute base path; a relative one may leave the root.
+	base, err := filepath.Rel(dir, absDir(t, "../config/vap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + base + "\n" + body
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestKustomizeRendersTheBundle(t *testing.T) {
+	want := installed{
+		Objects: []string{
+			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
+			"FenceConfig/sandbox-fence",
+			"ValidatingAdmissionPolicy/sandbox-fence-cilium-egress",
+			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch",
+			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch-repair",
+			"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-egress-binding",
+			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-binding",
+			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-repair-binding",
+		},
+		Bindings: map[string][2]string{
+			"sandbox-fence-cilium-egress-binding":       {"sandbox-fence-cilium-egress", "sandbox-fence"},
+			"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
+			"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "sandbox-fence"},
+		},
+	}
+	for _, dir := range []string{"../config/vap", "../config/default"} {
+		if diff := cmp.Diff(want, summarise(t, render(t, dir))); diff != "" {
+			t.Errorf("kustomize build %s (-want +got):\n%s", dir, diff)
+		}
+	}
+}
+
+// TestKustomizeNamePrefixRenamesReferences: an installation renames the
+// policies with namePrefix and every binding follows, including the param
+// name; the CRD keeps its name (the API server requires <plural>.<group>).
+// The binding stays "<policy name>-binding", which the host looks up (SPEC 4.1).
+func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
+	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\n")))
+	want := installed{
+		Objects: []string{
+			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
+			"FenceConfig/acme-sandbox-fence",
+			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-egress",
+			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch",
+			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch-repair",
+			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-cilium-egress-binding",
+			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-binding",
+			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-repair-binding",
+		},
+		Bindings: map[string][2]string{
+			"acme-sandbox-fence-cilium-egress-binding":       {"acme-sandbox-fence-cilium-egress", "acme-sandbox-fence"},
+			"acme-sandbox-fence-holder-epoch-binding":        {"acme-sandbox-fence-holder-epoch", ""},
+			"acme-sandbox-fence-holder-epoch-repair-binding": {"acme-sandbox-fence-holder-epoch-repair", "acme-sandbox-fence"},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("namePrefix overlay (-want +got):\n%s", diff)
+	}
+}
+
+// TestKustomizePatchRenamesReferences: a plain patch of a policy's name is
+// followed by its binding too.
+func TestKustomizePatchRenamesReferences(t *testing.T) {
+	got := summarise(t, render(t, overlay(t, `patches:
+- target: {kind: ValidatingAdmissionPolicy, name: sandbox-fence-cilium-egress}
+  patch: |-
+    - op: replace
+      path: /metadata/name
+      value: egress-fence
+- target: {kind: FenceConfig, name: sandbox-fence}
+  patch: |-
+    - op: replace
+      path: /metadata/name
+      value: fence-config
+`)))
+	want := map[string][2]string{
+		"sandbox-fence-cilium-egress-binding":       {"egress-fence", "fence-config"},
+		"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
+		"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "fence-config"},
+	}
+	if diff := cmp.Diff(want, got.Bindings); diff != "" {
+		t.Errorf("rename patch (-want +got):\n%s", diff)
+	}
+}
