@@ -22,6 +22,9 @@ type Verdict struct {
 	By string
 	// Message is the full Status message.
 	Message string
+	// Denial is the admission denial text after the policy or webhook
+	// prefix: what the policy itself said.
+	Denial string
 	Err     error
 }
 
@@ -37,7 +40,7 @@ func VerdictOf(err error) Verdict {
 		v.Message = status.Status().Message
 	}
 	if d, ok := fence.ParseAdmissionDenial(v.Message); ok {
-		v.By = d.Policy
+		v.By, v.Denial = d.Policy, d.Message
 		if d.Webhook != "" {
 			v.By = d.Webhook
 		}
@@ -50,7 +53,7 @@ func (v Verdict) String() string {
 	case v.Admitted:
 		return "admitted"
 	case v.By != "":
-		return fmt.Sprintf("denied %d by %s: %s", v.Code, v.By, v.Message)
+		return fmt.Sprintf("denied %d by %s: %s", v.Code, v.By, v.Denial)
 	default:
 		return fmt.Sprintf("refused %d (not by admission): %s", v.Code, v.Message)
 	}

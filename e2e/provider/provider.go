@@ -60,6 +60,13 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		if kc == "" {
 			return nil, fmt.Errorf("%s=kubeconfig needs KUBECONFIG to name the cluster's kubeconfig", EnvProvider)
 		}
+		// go test runs in the package directory: a relative path such as
+		// .dev/kubeconfig means the repository root's.
+		if !filepath.IsAbs(kc) {
+			if _, err := os.Stat(kc); err != nil {
+				kc = filepath.Join(root, kc)
+			}
+		}
 		return &Kubeconfig{Path: kc, Logf: logf}, nil
 	case "kind":
 		return NewKind(root, bin, logf), nil

@@ -78,7 +78,7 @@ func (d dev) demo() error {
 	if err != nil {
 		return err
 	}
-	l := &provider.Local{RepoRoot: d.root, BinDir: d.bin, StateDir: state, Logf: logf}
+	l := &provider.Local{RepoRoot: d.root, BinDir: d.bin, StateDir: state, RemoveState: true, Logf: logf}
 	env, err := l.Setup(ctx)
 	if err != nil {
 		_ = l.Teardown(ctx, true, "")
@@ -88,7 +88,6 @@ func (d dev) demo() error {
 	if err := l.Teardown(ctx, wrong > 0, ""); err != nil {
 		return err
 	}
-	_ = os.RemoveAll(state)
 	if wrong > 0 {
 		return fmt.Errorf("%d step(s) got the wrong verdict", wrong)
 	}
