@@ -25,7 +25,7 @@ type Verdict struct {
 	// Denial is the admission denial text after the policy or webhook
 	// prefix: what the policy itself said.
 	Denial string
-	Err     error
+	Err    error
 }
 
 // VerdictOf classifies the error of a write.
