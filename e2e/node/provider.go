@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
@@ -66,14 +67,15 @@ func NewProvider(root, bin string, logf framework.Logf) *Provider {
 // Name implements provider.Provider.
 func (p *Provider) Name() string { return "node" }
 
-// Validate checks the inputs before the host is touched.
-func (p *Provider) Validate() error {
+// Validate checks the inputs before the host is touched. The webhook image
+// is needed only when the bundle deploys the webhook.
+func (p *Provider) Validate(deploysWebhook bool) error {
 	var errs []error
-	for _, f := range []struct{ path, how string }{
-		{p.PauseArchive, "hack/node/setup.sh builds it"},
-		{p.ImageArchive, "`make image` builds it"},
-		{filepath.Join(p.RepoRoot, OverlayDir, "kustomization.yaml"), "the node overlay of config/default"},
-	} {
+	files := []struct{ path, how string }{{p.PauseArchive, "hack/node/setup.sh builds it"}}
+	if deploysWebhook {
+		files = append(files, struct{ path, how string }{p.ImageArchive, "`make image` builds it"})
+	}
+	for _, f := range files {
 		if _, err := os.Stat(f.path); err != nil {
 			errs = append(errs, fmt.Errorf("%s is missing (%s)", f.path, f.how))
 		}
@@ -82,18 +84,40 @@ func (p *Provider) Validate() error {
 	return errors.Join(errs...)
 }
 
+// hasWebhookDeployment reports whether the rendered bundle deploys the
+// webhook.
+func hasWebhookDeployment(objs []*unstructured.Unstructured) bool {
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && o.GetNamespace() == framework.WebhookNamespace && o.GetName() == framework.WebhookName {
+			return true
+		}
+	}
+	return false
+}
+
 // Setup implements provider.Provider: the node, CRDs, controller manager,
 // identities, the overlay of config/default (Deployment, Service, PDB,
 // cert-controller rotation, VAPs), the FenceConfig, then enforcement.
 func (p *Provider) Setup(ctx context.Context) (*framework.Env, error) {
 	start := time.Now()
-	if err := p.Validate(); err != nil {
+	if _, err := os.Stat(filepath.Join(p.RepoRoot, OverlayDir, "kustomization.yaml")); err != nil {
+		return nil, fmt.Errorf("the node overlay of config/default is missing: %w", err)
+	}
+	objs, err := framework.Kustomize(ctx, filepath.Join(p.BinDir, "kubectl"), filepath.Join(p.RepoRoot, OverlayDir))
+	if err != nil {
 		return nil, err
 	}
-	n, err := Start(ctx, Options{
-		BinDir: p.BinDir, StateDir: p.StateDir, Logf: p.Logf,
-		Images: []string{p.PauseArchive, p.ImageArchive},
-	})
+	deploysWebhook := hasWebhookDeployment(objs)
+	if err := p.Validate(deploysWebhook); err != nil {
+		return nil, err
+	}
+	images := []string{p.PauseArchive}
+	if deploysWebhook {
+		images = append(images, p.ImageArchive)
+	} else {
+		p.Logf("!!! %s renders no Deployment %s/%s: the webhook is NOT DEPLOYED; webhook cases will skip", OverlayDir, framework.WebhookNamespace, framework.WebhookName)
+	}
+	n, err := Start(ctx, Options{BinDir: p.BinDir, StateDir: p.StateDir, Logf: p.Logf, Images: images})
 	p.Node = n
 	if err != nil {
 		return nil, err
@@ -105,10 +129,6 @@ func (p *Provider) Setup(ctx context.Context) (*framework.Env, error) {
 	env := &framework.Env{Provider: p.Name(), Admin: admin}
 	p.Env = env
 	crds, err := framework.CRDs(ctx, p.RepoRoot, p.BinDir, p.Logf)
-	if err != nil {
-		return nil, err
-	}
-	objs, err := framework.Kustomize(ctx, filepath.Join(p.BinDir, "kubectl"), filepath.Join(p.RepoRoot, OverlayDir))
 	if err != nil {
 		return nil, err
 	}
@@ -131,8 +151,10 @@ func (p *Provider) Setup(ctx context.Context) (*framework.Env, error) {
 	if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
 		return nil, err
 	}
-	if err := WaitDeploymentAvailable(ctx, env, 5*time.Minute); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, p.podReport(ctx))
+	if deploysWebhook {
+		if err := WaitDeploymentAvailable(ctx, env, 5*time.Minute); err != nil {
+			return nil, fmt.Errorf("%w\n%s", err, p.podReport(ctx))
+		}
 	}
 	env.WebhookInstalled = len(vwcs) > 0
 	if !env.WebhookInstalled {
