@@ -17,8 +17,11 @@ stamp=$bin/.tools.stamp
 mkdir -p "$bin"
 
 k8s_version=v1.37.2
-want=$(cat "$tools"/kubernetes/go.mod "$tools"/kubernetes/go.sum \
-  "$tools"/etcd/go.mod "$tools"/etcd/go.sum "$tools"/build.sh | sha256sum | cut -d' ' -f1)
+stamp_of() {
+  cat "$tools"/kubernetes/go.mod "$tools"/kubernetes/go.sum \
+    "$tools"/etcd/go.mod "$tools"/etcd/go.sum "$tools"/build.sh | sha256sum | cut -d' ' -f1
+}
+want=$(stamp_of)
 
 all_present() {
   for b in etcd kube-apiserver kube-controller-manager kubectl; do
@@ -53,5 +56,7 @@ echo "tools: building kube-apiserver, kube-controller-manager, kubectl $k8s_vers
   k8s.io/kubernetes/cmd/kubectl)
 
 all_present
-echo "$want" >"$stamp"
+# Recomputed: go build may have added go.sum lines, and the stamp must match
+# the files as the next run will read them.
+stamp_of >"$stamp"
 echo "tools: built in $(($(date +%s) - start))s into $bin"
