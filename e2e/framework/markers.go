@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -32,11 +33,24 @@ type Marker struct {
 
 // WaitDenied polls m until it is denied with m.Want.
 func (e *Env) WaitDenied(ctx context.Context, m Marker, timeout time.Duration) error {
+	return e.waitMarker(ctx, m, true, timeout)
+}
+
+// WaitAdmitted polls m until it is admitted (enforcement switched off).
+func (e *Env) WaitAdmitted(ctx context.Context, m Marker, timeout time.Duration) error {
+	return e.waitMarker(ctx, m, false, timeout)
+}
+
+func (e *Env) waitMarker(ctx context.Context, m Marker, denied bool, timeout time.Duration) error {
 	mapper, err := e.Mapper()
 	if err != nil {
 		return err
 	}
-	return Eventually(ctx, timeout, 250*time.Millisecond, "enforcement marker "+m.Name, func(ctx context.Context) (bool, string, error) {
+	what := "enforcement marker " + m.Name + " denied"
+	if !denied {
+		what = "enforcement marker " + m.Name + " admitted"
+	}
+	return Eventually(ctx, timeout, 250*time.Millisecond, what, func(ctx context.Context) (bool, string, error) {
 		ri, err := ResourceFor(mapper, m.As.Dynamic, m.Obj)
 		if err != nil {
 			return false, "", err
@@ -44,15 +58,56 @@ func (e *Env) WaitDenied(ctx context.Context, m Marker, timeout time.Duration) e
 		_, err = ri.Create(ctx, m.Obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
 		switch {
 		case err == nil:
-			return false, "admitted", nil
+			return !denied, "admitted", nil
 		case strings.Contains(err.Error(), m.Want):
-			return true, "", nil
+			return denied, err.Error(), nil
 		case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission"):
 			return false, "", fmt.Errorf("marker %s refused by RBAC, not admission: %w", m.Name, err)
 		default:
 			return false, err.Error(), nil
 		}
 	})
+}
+
+// HolderEpochMarker is a create with a malformed epoch: denied exactly
+// while the holder-epoch policy is bound.
+func (e *Env) HolderEpochMarker() Marker {
+	return Marker{
+		Name: PolicyHolderEpoch,
+		As:   e.Admin,
+		Obj:  MakeSandbox(e.HostNamespace, "marker-epoch").Annotation(fence.AnnotationHolderEpoch, "01").Obj(),
+		Want: PolicyHolderEpoch,
+	}
+}
+
+// WithoutHolderEpochBinding runs fn while the holder-epoch policy's binding
+// is removed, then restores it and waits until enforcement is back. It is the
+// only way to seed what the fence forbids (a malformed stored epoch, the
+// state "from before the fence was installed"), so break-glass repair can be
+// tested. Tests using it must not run in parallel with others.
+func (e *Env) WithoutHolderEpochBinding(ctx context.Context, fn func() error) (err error) {
+	bindings := e.Admin.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	name := PolicyHolderEpoch + "-binding"
+	saved, err := bindings.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("binding %s: %w", name, err)
+	}
+	if err := bindings.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	defer func() {
+		restore := saved.DeepCopy()
+		restore.ObjectMeta = metav1.ObjectMeta{Name: saved.Name, Labels: saved.Labels, Annotations: saved.Annotations}
+		if _, cerr := bindings.Create(context.WithoutCancel(ctx), restore, metav1.CreateOptions{}); cerr != nil && !apierrors.IsAlreadyExists(cerr) {
+			err = errors.Join(err, fmt.Errorf("restore binding %s: %w", name, cerr))
+			return
+		}
+		err = errors.Join(err, e.WaitDenied(context.WithoutCancel(ctx), e.HolderEpochMarker(), 90*time.Second))
+	}()
+	if err := e.WaitAdmitted(ctx, e.HolderEpochMarker(), 90*time.Second); err != nil {
+		return err
+	}
+	return fn()
 }
 
 // Markers returns a marker per installed enforcer: the holder-epoch policy
@@ -79,12 +134,7 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 	if ok, err := exists(PolicyHolderEpoch); err != nil {
 		return nil, err
 	} else if ok {
-		ms = append(ms, Marker{
-			Name: PolicyHolderEpoch,
-			As:   e.Admin,
-			Obj:  MakeSandbox(e.HostNamespace, "marker-epoch").Annotation(fence.AnnotationHolderEpoch, "01").Obj(),
-			Want: PolicyHolderEpoch,
-		})
+		ms = append(ms, e.HolderEpochMarker())
 	}
 	if ok, err := exists(PolicyCiliumEgress); err != nil {
 		return nil, err
