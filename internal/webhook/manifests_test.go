@@ -1,0 +1,115 @@
+package webhook_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
+	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
+)
+
+const configDir = "../../config"
+
+// entry is what a shipped webhook entry routes, and how it fails.
+type entry struct {
+	Name, Path               string
+	Rules                    []admissionregistrationv1.RuleWithOperations
+	FailurePolicy            admissionregistrationv1.FailurePolicyType
+	MatchPolicy              admissionregistrationv1.MatchPolicyType
+	SideEffects              admissionregistrationv1.SideEffectClass
+	TimeoutSeconds           int32
+	AdmissionReviewVersions  []string
+	NamespaceSelector        *metav1.LabelSelector
+	MatchConditions          []admissionregistrationv1.MatchCondition
+	ServiceName, ServiceNS   string
+	ServicePort              int32
+	CABundleLeftForInjection bool
+}
+
+func entries(t *testing.T, dir string, components ...string) []entry {
+	t.Helper()
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if !tst.Find(t, tst.Render(t, configDir, dir, components...), "ValidatingWebhookConfiguration", "sandbox-fence-webhook", &vwc) {
+		t.Fatalf("config/%s renders no ValidatingWebhookConfiguration sandbox-fence-webhook", dir)
+	}
+	var out []entry
+	for _, w := range vwc.Webhooks {
+		e := entry{
+			Name: w.Name, Rules: w.Rules, FailurePolicy: ptr.Deref(w.FailurePolicy, ""), MatchPolicy: ptr.Deref(w.MatchPolicy, ""),
+			SideEffects: ptr.Deref(w.SideEffects, ""), TimeoutSeconds: ptr.Deref(w.TimeoutSeconds, 0),
+			AdmissionReviewVersions: w.AdmissionReviewVersions, NamespaceSelector: w.NamespaceSelector, MatchConditions: w.MatchConditions,
+			CABundleLeftForInjection: len(w.ClientConfig.CABundle) == 0,
+		}
+		if s := w.ClientConfig.Service; s != nil {
+			e.Path, e.ServiceName, e.ServiceNS, e.ServicePort = ptr.Deref(s.Path, ""), s.Name, s.Namespace, ptr.Deref(s.Port, 0)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func wantEntry(name, path string, rule admissionregistrationv1.RuleWithOperations) entry {
+	return entry{
+		Name: name, Path: path, Rules: []admissionregistrationv1.RuleWithOperations{rule},
+		// Fail closed: an unverified host write is refused (docs/webhook.md).
+		FailurePolicy: admissionregistrationv1.Fail,
+		// Equivalent, so writes through every served version are seen (SPEC 1).
+		MatchPolicy: admissionregistrationv1.Equivalent, SideEffects: admissionregistrationv1.SideEffectClassNone,
+		TimeoutSeconds: 5, AdmissionReviewVersions: []string{"v1"},
+		NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{fencev1alpha1.FencedNamespaceLabel: fencev1alpha1.FencedNamespaceValue},
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
+				Values: []string{"kube-system", "kube-node-lease", "sandbox-fence-system"}}},
+		},
+		MatchConditions: []admissionregistrationv1.MatchCondition{
+			{Name: "service-accounts-only", Expression: "request.userInfo.username.startsWith('system:serviceaccount:')"},
+			{Name: "not-the-webhook-itself", Expression: "request.userInfo.username != 'system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook'"},
+		},
+		ServiceName: "sandbox-fence-webhook", ServiceNS: "sandbox-fence-system", ServicePort: 443, CABundleLeftForInjection: true,
+	}
+}
+
+func rule(group, version, resource string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
+	return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+		APIGroups: []string{group}, APIVersions: []string{version}, Resources: []string{resource}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)}}
+}
+
+func TestShippedWebhookConfiguration(t *testing.T) {
+	cilium := wantEntry("cilium-egress.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
+		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Create, admissionregistrationv1.Update))
+	del := wantEntry("sandbox-delete.fence.sandbox.namzu.ai", webhook.SandboxDeletePath,
+		rule("agents.x-k8s.io", "v1beta1", "sandboxes", admissionregistrationv1.Delete))
+	cases := []struct {
+		name       string
+		dir        string
+		components []string
+		want       []entry
+	}{{
+		// The default install never routes a Sandbox DELETE to the webhook:
+		// strict delete is off by default (SPEC 8.4).
+		name: "the default install routes only policy writes to the webhook",
+		dir:  "webhook",
+		want: []entry{cilium},
+	}, {
+		name:       "the strict-delete component adds the Sandbox DELETE entry on its own path",
+		dir:        "webhook",
+		components: []string{"webhook/components/strict-delete"},
+		want:       []entry{cilium, del},
+	}, {
+		name: "the cert-manager overlay routes the same requests",
+		dir:  "webhook/overlays/cert-manager",
+		want: []entry{cilium},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, entries(t, tc.dir, tc.components...)); diff != "" {
+				t.Errorf("webhook entries (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
