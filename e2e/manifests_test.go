@@ -3,13 +3,20 @@
 package e2e
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 )
@@ -17,7 +24,8 @@ import (
 // Every kustomization under config/ renders and the apiserver accepts every
 // object it renders (--dry-run=server): CEL compiles, schemas validate,
 // references resolve. Offline tests cannot catch a policy the server refuses
-// at create time.
+// at create time. A kustomize Component cannot render alone: it is rendered
+// on top of the nearest kustomization above it, as its users would.
 func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -44,27 +52,87 @@ func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
 		rel, _ := filepath.Rel(root, dir)
 		t.Run(rel, func(t *testing.T) {
 			ctx := testContext(t)
-			objs, err := framework.Kustomize(ctx, kubectl, dir)
+			target := dir
+			if isComponent(t, dir) {
+				target = componentOnBase(t, root, dir)
+			}
+			objs, err := framework.Kustomize(ctx, kubectl, target)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(objs) == 0 {
 				t.Fatalf("%s renders no objects", rel)
 			}
-			// A dry-run namespace is not created, so namespaced objects of a
-			// bundle would fail on it: make sure the namespaces exist first.
+			ensureNamespaces(ctx, t, objs)
+			var unserved []string
+			var refused []error
 			for _, o := range objs {
-				if o.GetKind() != "Namespace" {
-					continue
-				}
-				_, err := env.Admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName()}}, metav1.CreateOptions{})
-				if err != nil && !apierrors.IsAlreadyExists(err) {
-					t.Fatal(err)
+				err := env.DryRunCreateOrReplace(ctx, o)
+				switch {
+				case err == nil:
+				case meta.IsNoMatchError(errors.Unwrap(err)) || strings.Contains(err.Error(), "no matches for kind"):
+					unserved = append(unserved, o.GetAPIVersion()+" "+o.GetKind()+" "+o.GetName())
+				default:
+					refused = append(refused, err)
 				}
 			}
-			if err := env.Apply(ctx, objs, framework.ApplyOptions{DryRun: true, FieldManager: framework.FieldManager + "-dry-run"}); err != nil {
-				t.Errorf("server refused objects rendered from %s:\n%v", rel, err)
+			if len(refused) > 0 {
+				t.Errorf("server refused objects rendered from %s:\n%v", rel, errors.Join(refused...))
+			}
+			if len(unserved) > 0 {
+				t.Skipf("every other object accepted; not checked, their API is not served by this cluster (a third-party CRD): %s", strings.Join(unserved, ", "))
 			}
 		})
+	}
+}
+
+func isComponent(t *testing.T, dir string) bool {
+	t.Helper()
+	objs, err := framework.ReadYAMLFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(objs) == 1 && objs[0].GetKind() == "Component"
+}
+
+// componentOnBase writes a kustomization that applies the component at dir
+// to the nearest non-component kustomization above it.
+func componentOnBase(t *testing.T, root, dir string) string {
+	t.Helper()
+	base := filepath.Dir(dir)
+	for ; strings.HasPrefix(base, root); base = filepath.Dir(base) {
+		if _, err := os.Stat(filepath.Join(base, "kustomization.yaml")); err == nil && !isComponent(t, base) {
+			break
+		}
+	}
+	if !strings.HasPrefix(base, root) {
+		t.Fatalf("component %s has no kustomization above it to apply to", dir)
+	}
+	tmp, err := os.MkdirTemp(root, ".component-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	relBase, _ := filepath.Rel(tmp, base)
+	relComp, _ := filepath.Rel(tmp, dir)
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\ncomponents:\n- %s\n", relBase, relComp)
+	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tmp
+}
+
+// A dry-run namespace is not created, so namespaced objects of a bundle
+// would fail on it: make sure the namespaces exist first.
+func ensureNamespaces(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "Namespace" {
+			continue
+		}
+		_, err := env.Admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.GetName()}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 	}
 }

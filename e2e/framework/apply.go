@@ -174,3 +174,37 @@ func (e *Env) WaitCRDsEstablished(ctx context.Context, names []string) error {
 	m.Reset()
 	return nil
 }
+
+// DryRunCreateOrReplace asks the server whether it would accept each object
+// as written, with dryRun=All: a create when the object does not exist, a
+// full replace (kubectl replace --dry-run=server) when it does. Unlike a
+// server-side apply it never merges with what is live, so an object the
+// harness installed differently (the local webhook URL) is judged on the
+// manifest alone.
+func (e *Env) DryRunCreateOrReplace(ctx context.Context, obj *unstructured.Unstructured) error {
+	mapper, err := e.Mapper()
+	if err != nil {
+		return err
+	}
+	ri, err := ResourceFor(mapper, e.Admin.Dynamic, obj)
+	if err != nil {
+		mapper.Reset()
+		if ri, err = ResourceFor(mapper, e.Admin.Dynamic, obj); err != nil {
+			return err
+		}
+	}
+	dry := []string{metav1.DryRunAll}
+	live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = ri.Create(ctx, obj, metav1.CreateOptions{DryRun: dry, FieldManager: FieldManager})
+	case err == nil:
+		o := obj.DeepCopy()
+		o.SetResourceVersion(live.GetResourceVersion())
+		_, err = ri.Update(ctx, o, metav1.UpdateOptions{DryRun: dry, FieldManager: FieldManager})
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}

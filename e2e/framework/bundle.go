@@ -211,7 +211,39 @@ func RenderBundle(ctx context.Context, kubectl, repoRoot string, logf Logf) (*Bu
 		}
 		b.Objects = append(b.Objects, objs...)
 	}
+	// Until config/default includes the webhook, install config/webhook next
+	// to it so the webhook path is tested with the shipped configuration.
+	if dirs[0] == "default" && !b.has("ValidatingWebhookConfiguration") && hasKustomization("webhook") {
+		logf("!!! config/default does not include config/webhook yet: installing config/webhook next to it")
+		objs, err := Kustomize(ctx, kubectl, filepath.Join(repoRoot, "config", "webhook"))
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if !b.hasObject(o) {
+				b.Objects = append(b.Objects, o)
+			}
+		}
+	}
 	return b, nil
+}
+
+func (b *Bundle) has(kind string) bool {
+	for _, o := range b.Objects {
+		if o.GetKind() == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *Bundle) hasObject(obj *unstructured.Unstructured) bool {
+	for _, o := range b.Objects {
+		if o.GetKind() == obj.GetKind() && o.GetNamespace() == obj.GetNamespace() && o.GetName() == obj.GetName() {
+			return true
+		}
+	}
+	return false
 }
 
 // Split separates the bundle into CRDs, the webhook configuration (applied
