@@ -1,0 +1,98 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// file is one entry of the image's flattened filesystem.
+type file struct {
+	Mode     int64
+	Uid, Gid int
+	Content  []byte
+}
+
+// summary is what a runtime and Kubernetes read from the image.
+type summary struct {
+	OS, Arch, User, WorkingDir string
+	Entrypoint, Cmd            []string
+	Labels                     map[string]string
+	Files                      map[string]file
+}
+
+func TestImageTarball(t *testing.T) {
+	bin := []byte("\x7fELF fake webhook binary")
+	labels := map[string]string{"org.opencontainers.image.source": source, "org.opencontainers.image.version": "v0.1.0"}
+	img, err := newImage(bin, "arm64", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Through the tarball, as kind and ctr read it.
+	path := filepath.Join(t.TempDir(), "image.tar")
+	tag, err := name.NewTag("sandbox-fence/webhook:dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.WriteToFile(path, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := loaded.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := summary{OS: cf.OS, Arch: cf.Architecture, User: cf.Config.User, WorkingDir: cf.Config.WorkingDir,
+		Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd, Labels: cf.Config.Labels, Files: files(t, loaded)}
+	want := summary{OS: "linux", Arch: "arm64", User: "65532:65532", WorkingDir: "/", Entrypoint: []string{"/webhook"},
+		Labels: labels, Files: map[string]file{"webhook": {Mode: 0o755, Content: bin}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("image (-want +got):\n%s", diff)
+	}
+
+	// The same binary gives the same digest: nothing time- or host-dependent
+	// is baked in.
+	again, err := newImage(bin, "arm64", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := img.Digest()
+	d2, _ := again.Digest()
+	if d1 != d2 {
+		t.Errorf("digest not reproducible: %s != %s", d1, d2)
+	}
+}
+
+func files(t *testing.T, img v1.Image) map[string]file {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	out := map[string]file{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if _, err := io.Copy(&b, tr); err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = file{Mode: h.Mode, Uid: h.Uid, Gid: h.Gid, Content: b.Bytes()}
+	}
+}
