@@ -147,17 +147,19 @@ func (k *Kind) Setup(ctx context.Context) (*framework.Env, error) {
 	if err := env.SetupIdentities(ctx, framework.Impersonating(cfg)); err != nil {
 		return nil, err
 	}
-	if err := env.Apply(ctx, objs, framework.ApplyOptions{}); err != nil {
+	// Everything at once, as `kubectl apply -k config/default` would: the
+	// webhook's certificate rotation injects the CA into the webhook
+	// configuration, so that configuration must exist while it starts.
+	if err := env.Apply(ctx, append(objs, vwcs...), framework.ApplyOptions{}); err != nil {
 		return nil, err
 	}
 	if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
 		return nil, err
 	}
-	if err := k.waitWebhookAvailable(ctx, env); err != nil {
-		return nil, err
-	}
-	if err := env.Apply(ctx, vwcs, framework.ApplyOptions{}); err != nil {
-		return nil, err
+	if len(vwcs) > 0 {
+		if err := k.waitWebhookAvailable(ctx, env); err != nil {
+			return nil, err
+		}
 	}
 	if err := finishEnv(ctx, env, k.Logf); err != nil {
 		return nil, err
