@@ -1,7 +1,6 @@
 package policies_test
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,5 +78,3 @@ func ciliumCRD(t *testing.T) string {
 	}
 	return path
 }
-
-var _ = json.Marshal

@@ -1,0 +1,394 @@
+package policies_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"text/tabwriter"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+)
+
+// costBudget is the most one expression may cost on any input: 1% of the
+// API server's per-call limit, so the policies stay cheap at any request size.
+const costBudget = vaptest.PerCallLimit / 100
+
+type costInput struct {
+	name   string
+	req    vaptest.Request
+	params *unstructured.Unstructured
+}
+
+// TestCELCost evaluates every expression of every policy, compiled exactly
+// as the plugin compiles it, on every case and on adversarial requests sized
+// at (and beyond) the policies' own bounds, and fails when any expression
+// costs more than 1% of the per-call limit. It prints the worst cost of each.
+//
+// It measures runtime cost rather than trusting CEL's static estimate: the
+// estimator ignores the size guards (x.size() <= N && ...) that bound the
+// cost, so over the unbounded strings and lists of ObjectMeta and Cilium's
+// schema it reports the request-size worst case for nearly every expression.
+// The adversarial inputs below are what makes this a worst case.
+//
+// It also requires that an expression never errors where the plugin would
+// evaluate it, and that a messageExpression, evaluated where its validation
+// fails, yields a string with the family prefix: an erroring
+// messageExpression silently falls back to the static message.
+func TestCELCost(t *testing.T) {
+	inputs := caseInputs(t)
+	inputs = append(inputs, adversarialInputs(t)...)
+	nss := map[string]*corev1.Namespace{}
+	for _, ns := range namespaces(t) {
+		nss[ns.Name] = ns
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "policy\texpression\tmax cost\t%% of per-call limit\tworst input\t\n")
+	for _, p := range loadBundle(t) {
+		exprs, err := vaptest.CompileExpressions(p.Policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := make([]int64, len(exprs))
+		worstInput := make([]string, len(exprs))
+		record := func(i int, in costInput, ev vaptest.Evaluation) {
+			if ev.Cost > worst[i] {
+				worst[i], worstInput[i] = ev.Cost, in.name
+			}
+		}
+		evaluated := 0
+		for _, in := range inputs {
+			if !matches(p.Policy, in.req) {
+				continue
+			}
+			var params runtime.Object
+			if p.Policy.Spec.ParamKind != nil {
+				if in.params == nil {
+					continue // the binding's parameterNotFoundAction decides; nothing is evaluated
+				}
+				params = in.params
+			}
+			ns := nss[in.req.Namespace]
+			ctx := context.Background()
+			matched := true
+			for i, e := range exprs {
+				if e.Kind != "matchCondition" {
+					continue
+				}
+				ev := e.Evaluate(ctx, in.req, params, ns)
+				record(i, in, ev)
+				if ev.Err != nil {
+					t.Errorf("%s %s on %s: %v", p.Policy.Name, e.Field, in.name, ev.Err)
+				}
+				matched = matched && ev.Value == true
+			}
+			if !matched {
+				continue
+			}
+			evaluated++
+			failed := map[int]bool{}
+			for i, e := range exprs {
+				if e.Kind != "variable" && e.Kind != "validation" {
+					continue
+				}
+				ev := e.Evaluate(ctx, in.req, params, ns)
+				record(i, in, ev)
+				if ev.Err != nil {
+					t.Errorf("%s %s errors on %s: %v", p.Policy.Name, e.Field, in.name, ev.Err)
+				}
+				if e.Kind == "validation" && ev.Value == false {
+					failed[e.Validation] = true
+				}
+			}
+			for i, e := range exprs {
+				if e.Kind != "messageExpression" || !failed[e.Validation] {
+					continue
+				}
+				ev := e.Evaluate(ctx, in.req, params, ns)
+				record(i, in, ev)
+				msg, ok := ev.Value.(string)
+				switch {
+				case ev.Err != nil:
+					t.Errorf("%s %s errors on %s, so the static message would be used: %v", p.Policy.Name, e.Field, in.name, ev.Err)
+				case !ok || !(strings.HasPrefix(msg, "holder-epoch: ") || strings.HasPrefix(msg, "cilium-fence: ")):
+					t.Errorf("%s %s on %s = %#v, want a string starting holder-epoch: or cilium-fence:", p.Policy.Name, e.Field, in.name, ev.Value)
+				}
+			}
+		}
+		if evaluated == 0 {
+			t.Errorf("%s: no input reached its validations; the cost table would prove nothing", p.Policy.Name)
+		}
+		for i, e := range exprs {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f%%\t%s\t\n", p.Policy.Name, e.Field, worst[i], 100*float64(worst[i])/float64(vaptest.PerCallLimit), worstInput[i])
+			if worst[i] > costBudget {
+				t.Errorf("%s %s costs %d on %s, above 1%% of the per-call limit (%d)", p.Policy.Name, e.Field, worst[i], worstInput[i], costBudget)
+			}
+		}
+	}
+	if testing.Verbose() {
+		tw.Flush()
+	}
+}
+
+// matches reports whether the policy's resource rules select the request.
+func matches(p *admissionregistrationv1.ValidatingAdmissionPolicy, r vaptest.Request) bool {
+	if r.SubResource != "" {
+		return false
+	}
+	for _, rule := range p.Spec.MatchConstraints.ResourceRules {
+		if contains(rule.APIGroups, r.Resource.Group) && contains(rule.Resources, r.Resource.Resource) &&
+			contains(rule.APIVersions, r.Resource.Version) && containsOp(rule.Operations, r.Operation) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s || x == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+func containsOp(list []admissionregistrationv1.OperationType, op admission.Operation) bool {
+	for _, x := range list {
+		if string(x) == string(op) || x == admissionregistrationv1.OperationAll {
+			return true
+		}
+	}
+	return false
+}
+
+func caseInputs(t *testing.T) []costInput {
+	t.Helper()
+	def := defaultParams(t)
+	var out []costInput
+	for _, dir := range policyDirs(t) {
+		cases, err := vaptest.LoadCases(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cases {
+			req, err := c.Request.BuildRequest()
+			if err != nil {
+				t.Fatalf("%s: %v", c.File, err)
+			}
+			in := costInput{name: dir + "/" + c.Name(), req: req, params: def}
+			switch {
+			case c.Params.Absent:
+				in.params = nil
+			case c.Params.Spec != nil:
+				in.params = def.DeepCopy()
+				in.params.Object["spec"] = runtime.DeepCopyJSONValue(c.Params.Spec)
+			}
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// adversarialInputs are requests sized to make each expression as expensive
+// as its guards allow, and beyond them.
+func adversarialInputs(t *testing.T) []costInput {
+	t.Helper()
+	def := defaultParams(t)
+	big := strings.Repeat("9", 1<<20)
+	var out []costInput
+	sandbox := func(anns map[string]string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+			"metadata": map[string]any{"name": "ws", "namespace": "sbx"}, "spec": map[string]any{"podTemplate": map[string]any{"spec": map[string]any{}}}}}
+		u.SetAnnotations(anns)
+		return u
+	}
+	many := map[string]string{}
+	for i := range 5000 {
+		many[fmt.Sprintf("example.com/a%d", i)] = big[:64]
+	}
+	for _, anns := range []struct {
+		name     string
+		old, new map[string]string
+	}{
+		{"megabyte epoch", map[string]string{epochKey: "1"}, map[string]string{epochKey: big}},
+		{"megabyte stored epoch", map[string]string{epochKey: big}, map[string]string{epochKey: "1"}},
+		{"megabyte stored and new epochs", map[string]string{epochKey: big}, map[string]string{epochKey: big + "0"}},
+		{"megabyte changed-at and hash", nil, map[string]string{changedAtKey: big, hashKey: big}},
+		{"megabyte well-formed-looking changed-at", nil, map[string]string{changedAtKey: "2026-08-01T09:00:00." + big + "Z"}},
+		{"5000 other annotations", many, withKey(many, epochKey, "3")},
+	} {
+		for _, u := range []string{hostUser, "alice@example.com"} {
+			out = append(out, costInput{name: "sandbox: " + anns.name + " by " + u, params: def, req: vaptest.Request{
+				Operation: admission.Update, Kind: sandboxGVK, Resource: resourceOf(t, sandboxGVK), Namespace: "sbx", Name: "ws",
+				Object: sandbox(anns.new), OldObject: sandbox(anns.old), User: &user.DefaultInfo{Name: u, Groups: manyGroups()}}})
+		}
+	}
+	for _, w := range worstPolicies() {
+		out = append(out, costInput{name: "cnp: " + w.name, params: bigParams(def), req: vaptest.Request{
+			Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK), Namespace: "sbx", Name: w.obj.GetName(),
+			Object: w.obj, User: &user.DefaultInfo{Name: hostUser, Groups: manyGroups()}}})
+	}
+	return out
+}
+
+const (
+	epochKey     = "sandbox.namzu.ai/holder-epoch"
+	changedAtKey = "sandbox.namzu.ai/operating-mode-changed-at"
+	hashKey      = "sandbox.namzu.ai/pod-template-hash"
+)
+
+func withKey(m map[string]string, k, v string) map[string]string {
+	out := map[string]string{k: v}
+	for a, b := range m {
+		out[a] = b
+	}
+	return out
+}
+
+func manyGroups() []string {
+	var g []string
+	for i := range 200 {
+		g = append(g, fmt.Sprintf("group-%d", i))
+	}
+	return g
+}
+
+// bigParams is a FenceConfig at its schema's limits: 64 hosts of 64
+// namespaces, 64 break-glass users and groups; the host is the last entry.
+func bigParams(def *unstructured.Unstructured) *unstructured.Unstructured {
+	p := def.DeepCopy()
+	var hosts, users, groups []any
+	for i := range 63 {
+		var nss []any
+		for j := range 64 {
+			nss = append(nss, fmt.Sprintf("ns-%d-%d", i, j))
+		}
+		hosts = append(hosts, map[string]any{"username": fmt.Sprintf("system:serviceaccount:ns-%d:%s", i, strings.Repeat("h", 400)), "namespaces": nss})
+	}
+	var nss []any
+	for j := range 63 {
+		nss = append(nss, fmt.Sprintf("x-%d", j))
+	}
+	hosts = append(hosts, map[string]any{"username": hostUser, "namespaces": append(nss, "sbx")})
+	for i := range 64 {
+		users = append(users, fmt.Sprintf("user-%d-%s", i, strings.Repeat("u", 400)))
+		groups = append(groups, fmt.Sprintf("group-%d-%s", i, strings.Repeat("g", 400)))
+	}
+	p.Object["spec"] = map[string]any{"hosts": hosts, "breakGlass": map[string]any{"users": users, "groups": groups}}
+	return p
+}
+
+type worstPolicy struct {
+	name string
+	obj  *unstructured.Unstructured
+}
+
+func worstPolicies() []worstPolicy {
+	uid := "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+	mk := func(egress []any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
+			"metadata": map[string]any{"name": "namzu-sbx-" + uid, "namespace": "sbx", "ownerReferences": []any{map[string]any{
+				"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim", "name": "claim-a", "uid": uid}}},
+			"spec": map[string]any{"endpointSelector": map[string]any{"matchLabels": map[string]any{"sandbox.namzu.ai/per-sandbox-egress": "claim-a"}}, "egress": egress}}}
+	}
+	kubeDNS := func(ports int, dns []any) map[string]any {
+		var eps, tps []any
+		for range 4 {
+			eps = append(eps, map[string]any{"matchLabels": map[string]any{"k8s:io.kubernetes.pod.namespace": "kube-system", "k8s:k8s-app": "kube-dns"}})
+		}
+		for t := range 4 {
+			var ps []any
+			for range ports / 4 {
+				ps = append(ps, map[string]any{"port": "53", "protocol": "UDP"})
+			}
+			tp := map[string]any{"ports": ps}
+			if t == 0 && dns != nil {
+				tp["rules"] = map[string]any{"dns": dns}
+			}
+			tps = append(tps, tp)
+		}
+		return map[string]any{"toEndpoints": eps, "toPorts": tps}
+	}
+	// long is a valid 253-character name; bad makes its last character upper case.
+	long := func(i int, bad bool) string {
+		l := strings.Repeat("a", 61)
+		n := fmt.Sprintf("%02d%s.%s.%s.%s", i, l, l+"bb", l+"bb", l[:60]+"c")
+		if len(n) != 253 {
+			panic(fmt.Sprintf("long name is %d characters, want 253", len(n)))
+		}
+		if bad {
+			n = n[:252] + "C"
+		}
+		return n
+	}
+	var out []worstPolicy
+	for _, bad := range []bool{false, true} {
+		// 16 rules, 32 ports, and 2048 characters of names: 8 of 253
+		// characters, the rest of one.
+		egress := []any{kubeDNS(8, []any{map[string]any{"matchPattern": "*"}})}
+		for i := range 15 {
+			name := "a"
+			if i < 8 {
+				name = long(i, bad)
+			}
+			var ports []any
+			for p := range 2 {
+				ports = append(ports, map[string]any{"port": fmt.Sprint(8000 + p), "endPort": 9000, "protocol": "TCP"})
+			}
+			if bad {
+				ports = append(ports[:1], map[string]any{"port": "99999", "endPort": 1, "protocol": "SCTP"})
+			}
+			rule := map[string]any{"toFQDNs": []any{map[string]any{"matchName": name}}}
+			if i < 12 {
+				rule["toPorts"] = []any{map[string]any{"ports": ports}}
+			}
+			egress = append(egress, rule)
+		}
+		out = append(out, worstPolicy{fmt.Sprintf("16 rules, 32 ports, 8 names of 253 characters (invalid=%v)", bad), mk(egress)})
+		// 64 short names, spread over every kind of name list.
+		var fq, sn, dns []any
+		for i := range 31 {
+			fq = append(fq, map[string]any{"matchName": fmt.Sprintf("h%d.example.io", i)})
+			if bad {
+				fq[i] = map[string]any{"matchPattern": fmt.Sprintf("*.H%d", i)}
+			}
+		}
+		for i := range 16 {
+			sn = append(sn, fmt.Sprintf("s%d.example.io", i))
+			dns = append(dns, map[string]any{"matchPattern": fmt.Sprintf("*.d%d.example.io", i)})
+			if bad {
+				sn[i] = fmt.Sprintf("S%d.example.io", i)
+				dns[i] = map[string]any{"matchName": fmt.Sprintf("D%d.example.io", i)}
+			}
+		}
+		out = append(out, worstPolicy{fmt.Sprintf("64 short names in toFQDNs, serverNames and dns rules (invalid=%v)", bad), mk([]any{
+			kubeDNS(28, []any{map[string]any{"matchPattern": "*"}}),
+			map[string]any{"toFQDNs": fq, "toPorts": []any{map[string]any{"ports": []any{map[string]any{"port": "443"}}, "serverNames": sn, "rules": map[string]any{"dns": dns}}}},
+		})})
+	}
+	// Beyond every bound: the bounds must short-circuit before the walk.
+	var huge []any
+	for i := range 5000 {
+		huge = append(huge, map[string]any{"matchName": fmt.Sprintf("h%d.example.io", i)})
+	}
+	var hugeRules []any
+	for range 16 {
+		hugeRules = append(hugeRules, map[string]any{"toFQDNs": huge})
+	}
+	out = append(out, worstPolicy{"16 rules of 5000 names", mk(hugeRules)})
+	var manyRules []any
+	for range 5000 {
+		manyRules = append(manyRules, map[string]any{"toEntities": []any{"world"}})
+	}
+	out = append(out, worstPolicy{"5000 rules", mk(manyRules)})
+	return out
+}

@@ -1,0 +1,125 @@
+package vaptest
+
+import (
+	"context"
+	"fmt"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+)
+
+// Expression is one CEL expression of a policy, compiled the way the
+// validating admission policy plugin compiles it (same environment, the
+// policy's variables stored in a composited compiler), so that evaluating it
+// charges exactly the runtime cost the API server charges.
+type Expression struct {
+	// Field is the expression's path in the policy, e.g. spec.validations[3].expression.
+	Field string
+	// Kind is variable, matchCondition, validation or messageExpression.
+	Kind string
+	// Validation is the index of the validation a messageExpression belongs to.
+	Validation int
+	eval       plugincel.ConditionEvaluator
+}
+
+// CompileExpressions compiles every expression of p. A variable is compiled
+// as the expression "variables.<name>", which evaluates it (and the
+// variables it reads) exactly once.
+func CompileExpressions(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]*Expression, error) {
+	hasParams := p.Spec.ParamKind != nil
+	decls := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
+	msgDecls := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false}
+	var vars []plugincel.NamedExpressionAccessor
+	for i := range p.Spec.Variables {
+		vars = append(vars, namedVariable{p.Spec.Variables[i]})
+	}
+	var out []*Expression
+	add := func(kind, field, expr string, validation int, d plugincel.OptionalVariableDeclarations) error {
+		c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+		if err != nil {
+			return err
+		}
+		c.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
+		eval := c.CompileCondition([]plugincel.ExpressionAccessor{plainExpression(expr)}, d, environment.StoredExpressions)
+		out = append(out, &Expression{Field: field, Kind: kind, Validation: validation, eval: eval})
+		return nil
+	}
+	for i, v := range p.Spec.Variables {
+		if err := add("variable", fmt.Sprintf("spec.variables[%d] (%s)", i, v.Name), "variables."+v.Name, -1, decls); err != nil {
+			return nil, err
+		}
+	}
+	for i, m := range p.Spec.MatchConditions {
+		if err := add("matchCondition", fmt.Sprintf("spec.matchConditions[%d] (%s)", i, m.Name), m.Expression, -1, decls); err != nil {
+			return nil, err
+		}
+	}
+	for i, v := range p.Spec.Validations {
+		if err := add("validation", fmt.Sprintf("spec.validations[%d].expression", i), v.Expression, i, decls); err != nil {
+			return nil, err
+		}
+		if v.MessageExpression != "" {
+			if err := add("messageExpression", fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression, i, msgDecls); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// Evaluation is the outcome of one expression on one request.
+type Evaluation struct {
+	Value any
+	Cost  int64
+	Err   error
+}
+
+// Evaluate runs e on a request with the full runtime budget and reports the
+// cost the API server would charge for it.
+func (e *Expression) Evaluate(ctx context.Context, r Request, params runtime.Object, ns *corev1.Namespace) Evaluation {
+	attrs := admission.NewAttributesRecord(r.Object, r.OldObject, r.Kind, r.Namespace, r.Name, r.Resource,
+		r.SubResource, r.Operation, r.Options, r.DryRun, r.User)
+	versioned, err := admission.NewVersionedAttributes(attrs, r.Kind, objectInterfaces{})
+	if err != nil {
+		return Evaluation{Err: err}
+	}
+	req := plugincel.CreateAdmissionRequest(attrs,
+		metav1.GroupVersionResource{Group: r.Resource.Group, Version: r.Resource.Version, Resource: r.Resource.Resource},
+		metav1.GroupVersionKind{Group: r.Kind.Group, Version: r.Kind.Version, Kind: r.Kind.Kind})
+	var nsObj *corev1.Namespace
+	if ns != nil {
+		nsObj = plugincel.CreateNamespaceObject(ns)
+	}
+	budget := int64(celconfig.RuntimeCELCostBudget)
+	results, remaining, err := e.eval.ForInput(ctx, versioned, req, plugincel.OptionalVariableBindings{VersionedParams: params, Authorizer: allowAll{}}, nsObj, budget)
+	ev := Evaluation{Cost: budget - remaining, Err: err}
+	if err == nil && len(results) == 1 {
+		ev.Err = results[0].Error
+		if results[0].EvalResult != nil {
+			ev.Value = results[0].EvalResult.Value()
+		}
+	}
+	return ev
+}
+
+// PerCallLimit is the API server's limit on the cost of one expression.
+const PerCallLimit = celconfig.PerCallLimit
+
+type namedVariable struct {
+	v admissionregistrationv1.Variable
+}
+
+func (n namedVariable) GetExpression() string   { return n.v.Expression }
+func (n namedVariable) GetName() string         { return n.v.Name }
+func (n namedVariable) ReturnTypes() []*celType { return []*celType{celAnyType} }
+
+type plainExpression string
+
+func (p plainExpression) GetExpression() string   { return string(p) }
+func (p plainExpression) ReturnTypes() []*celType { return []*celType{celAnyType} }
