@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apiserver/pkg/cel/environment"
 
 	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
 )
@@ -77,4 +79,33 @@ func ciliumCRD(t *testing.T) string {
 		t.Skipf("Cilium's CRD is not in the module cache (run go mod download -json github.com/cilium/cilium@v1.20.2 in a scratch module): %v", err)
 	}
 	return path
+}
+
+// TestPoliciesCompileForCreate compiles every expression as the API server
+// validates a new policy, at the oldest compatibility version docs/install.md
+// promises (1.32, i.e. a 1.33 server) and at this library's own, and shows
+// that one version lower is refused, so the promise is exact.
+func TestPoliciesCompileForCreate(t *testing.T) {
+	for _, v := range []string{"1.32", environment.DefaultCompatibilityVersion().String()} {
+		for _, p := range loadBundle(t) {
+			problems, err := vaptest.CompileForCreate(p.Policy, version.MustParse(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pr := range problems {
+				t.Errorf("compatibility version %s: %s: %s", v, p.Policy.Name, pr)
+			}
+		}
+	}
+	var refused int
+	for _, p := range loadBundle(t) {
+		problems, err := vaptest.CompileForCreate(p.Policy, version.MustParse("1.31"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused += len(problems)
+	}
+	if refused == 0 {
+		t.Error("every policy compiles at compatibility version 1.31: lower the minimum Kubernetes version in docs/install.md")
+	}
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
@@ -123,3 +124,38 @@ type plainExpression string
 
 func (p plainExpression) GetExpression() string   { return string(p) }
 func (p plainExpression) ReturnTypes() []*celType { return []*celType{celAnyType} }
+
+// CompileForCreate compiles every expression of p the way the API server
+// validates a new policy: in the NewExpressions environment of the given
+// compatibility version (one minor below the server's own). It returns one
+// line per expression that would be refused.
+func CompileForCreate(p *admissionregistrationv1.ValidatingAdmissionPolicy, compatibility *version.Version) ([]string, error) {
+	hasParams := p.Spec.ParamKind != nil
+	decls := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
+	c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(compatibility))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, v := range p.Spec.Variables {
+		if res := c.CompileAndStoreVariable(namedVariable{v}, decls, environment.NewExpressions); res.Error != nil {
+			out = append(out, fmt.Sprintf("spec.variables[%d] (%s): %v", i, v.Name, res.Error))
+		}
+	}
+	check := func(field, expr string, d plugincel.OptionalVariableDeclarations) {
+		if res := c.CompileCELExpression(plainExpression(expr), d, environment.NewExpressions); res.Error != nil {
+			out = append(out, fmt.Sprintf("%s: %v", field, res.Error))
+		}
+	}
+	for i, m := range p.Spec.MatchConditions {
+		check(fmt.Sprintf("spec.matchConditions[%d]", i), m.Expression, decls)
+	}
+	for i, v := range p.Spec.Validations {
+		check(fmt.Sprintf("spec.validations[%d].expression", i), v.Expression, decls)
+		if v.MessageExpression != "" {
+			check(fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression,
+				plugincel.OptionalVariableDeclarations{HasParams: hasParams})
+		}
+	}
+	return out, nil
+}
