@@ -108,7 +108,7 @@ func componentOnBase(t *testing.T, root, dir string) string {
 	if !strings.HasPrefix(base, root) {
 		t.Fatalf("component %s has no kustomization above it to apply to", dir)
 	}
-	tmp, err := os.MkdirTemp(root, ".component-")
+	tmp, err := os.MkdirTemp("", "sandbox-fence-component-")
 	if err != nil {
 		t.Fatal(err)
 	}
