@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+)
+
+// config is one installation state of the fence. All three live in one
+// control plane: the policies stay, and only their bindings and the webhook
+// configuration are created or deleted, which is what turns enforcement on
+// and off in the apiserver (a policy without a binding is never evaluated).
+type config struct {
+	Name    string
+	VAPs    bool
+	Webhook bool
+}
+
+var configs = []config{
+	{Name: "none", VAPs: false, Webhook: false},
+	{Name: "vaps", VAPs: true, Webhook: false},
+	{Name: "vaps+webhook", VAPs: true, Webhook: true},
+}
+
+// bindingNames are the shipped bindings (`<policy>-binding`).
+var bindingNames = []string{
+	framework.PolicyHolderEpoch + "-binding",
+	framework.PolicyHolderEpochRepair + "-binding",
+	framework.PolicyCiliumEgress + "-binding",
+}
+
+// switcher installs a configuration and waits until the apiserver enforces
+// exactly it, observed through one probe per enforcer.
+type switcher struct {
+	env      *framework.Env
+	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	vwc      *admissionregistrationv1.ValidatingWebhookConfiguration
+	probes   []probe
+	logf     framework.Logf
+}
+
+// probe is a dry-run write that one enforcer, and only it, denies. want is a
+// substring of that enforcer's denial.
+type probe struct {
+	name    string
+	enabled func(config) bool
+	want    string
+	try     func(ctx context.Context) error
+}
+
+func newSwitcher(ctx context.Context, env *framework.Env, malformed string, logf framework.Logf) (*switcher, error) {
+	s := &switcher{env: env, logf: logf}
+	ar := env.Admin.Kube.AdmissionregistrationV1()
+	for _, n := range bindingNames {
+		b, err := ar.ValidatingAdmissionPolicyBindings().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("binding %s (is the bundle installed?): %w", n, err)
+		}
+		b.ObjectMeta = metav1.ObjectMeta{Name: b.Name, Labels: b.Labels, Annotations: b.Annotations}
+		s.bindings = append(s.bindings, b)
+	}
+	vwc, err := ar.ValidatingWebhookConfigurations().Get(ctx, framework.WebhookConfigName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("webhook configuration %s (did the local webhook start?): %w", framework.WebhookConfigName, err)
+	}
+	vwc.ObjectMeta = metav1.ObjectMeta{Name: vwc.Name, Labels: vwc.Labels, Annotations: vwc.Annotations}
+	s.vwc = vwc
+
+	markers, err := env.Markers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dryCreate := func(m framework.Marker) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			mapper, err := env.Mapper()
+			if err != nil {
+				return err
+			}
+			ri, err := framework.ResourceFor(mapper, m.As.Dynamic, m.Obj)
+			if err != nil {
+				return err
+			}
+			_, err = ri.Create(ctx, m.Obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: framework.FieldManager})
+			return err
+		}
+	}
+	for _, m := range markers {
+		p := probe{name: m.Name, want: m.Want, try: dryCreate(m)}
+		switch m.Name {
+		case framework.PolicyHolderEpoch:
+			p.enabled = func(c config) bool { return c.VAPs }
+			// The repair policy's name contains this one's: match the quoted name.
+			p.want = "'" + framework.PolicyHolderEpoch + "'"
+		case framework.PolicyCiliumEgress:
+			p.enabled = func(c config) bool { return c.VAPs }
+		case "webhook":
+			p.enabled = func(c config) bool { return c.Webhook }
+		default:
+			continue
+		}
+		s.probes = append(s.probes, p)
+	}
+	if len(s.probes) != 3 {
+		return nil, fmt.Errorf("want probes for %s, %s and the webhook, found %d markers", framework.PolicyHolderEpoch, framework.PolicyCiliumEgress, len(s.probes))
+	}
+	// The repair policy (SPEC 3.6 rule 6) denies only a change of a
+	// MALFORMED stored epoch, so its probe patches the seeded malformed
+	// Sandbox as the host; the holder-epoch policy admits that write.
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"7"}}}`, fence.AnnotationHolderEpoch)
+	s.probes = append(s.probes, probe{
+		name:    framework.PolicyHolderEpochRepair,
+		enabled: func(c config) bool { return c.VAPs },
+		want:    "'" + framework.PolicyHolderEpochRepair + "'",
+		try: func(ctx context.Context) error {
+			_, err := env.Host.Dynamic.Resource(framework.SandboxGVR).Namespace(env.HostNamespace).Patch(ctx, malformed,
+				types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: framework.FieldManager})
+			return err
+		},
+	})
+	return s, nil
+}
+
+// install creates or deletes the bindings and the webhook configuration for
+// c, then polls every probe until its verdict is the one c implies.
+func (s *switcher) install(ctx context.Context, c config) (time.Duration, error) {
+	start := time.Now()
+	ar := s.env.Admin.Kube.AdmissionregistrationV1()
+	for _, b := range s.bindings {
+		var err error
+		if c.VAPs {
+			_, err = ar.ValidatingAdmissionPolicyBindings().Create(ctx, b.DeepCopy(), metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				err = nil
+			}
+		} else {
+			err = ar.ValidatingAdmissionPolicyBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				err = nil
+			}
+		}
+		if err != nil {
+			return 0, fmt.Errorf("config %s: binding %s: %w", c.Name, b.Name, err)
+		}
+	}
+	var err error
+	if c.Webhook {
+		_, err = ar.ValidatingWebhookConfigurations().Create(ctx, s.vwc.DeepCopy(), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	} else {
+		err = ar.ValidatingWebhookConfigurations().Delete(ctx, s.vwc.Name, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("config %s: webhook configuration: %w", c.Name, err)
+	}
+	for _, p := range s.probes {
+		wantDenied := p.enabled(c)
+		what := fmt.Sprintf("config %s: probe %s admitted", c.Name, p.name)
+		if wantDenied {
+			what = fmt.Sprintf("config %s: probe %s denied", c.Name, p.name)
+		}
+		err := framework.Eventually(ctx, 90*time.Second, 50*time.Millisecond, what, func(ctx context.Context) (bool, string, error) {
+			err := p.try(ctx)
+			switch {
+			case err == nil:
+				return !wantDenied, "admitted", nil
+			case strings.Contains(err.Error(), p.want):
+				return wantDenied, err.Error(), nil
+			case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission"):
+				return false, "", fmt.Errorf("probe %s refused by RBAC, not admission: %w", p.name, err)
+			default:
+				// Another enforcer denied it: not yet in the wanted state.
+				return false, err.Error(), nil
+			}
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// seedMalformed creates, while the holder-epoch binding is absent, the
+// Sandbox whose malformed epoch the repair probe needs: the state "from
+// before the fence was installed" that only break-glass may change.
+func seedMalformed(ctx context.Context, env *framework.Env, name string) error {
+	return env.WithoutHolderEpochBinding(ctx, func() error {
+		obj := framework.MakeSandbox(env.HostNamespace, name).Annotation(fence.AnnotationHolderEpoch, "01").Obj()
+		_, err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(env.HostNamespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: framework.FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}

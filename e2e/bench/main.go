@@ -1,0 +1,298 @@
+// Command bench measures what the fence costs a cluster (issue 6): in ONE
+// run on the local control plane, three configurations — no fence, the
+// ValidatingAdmissionPolicies only, the policies plus the webhook — are
+// interleaved round by round, and three host workloads (fenced Sandbox
+// writes through pkg/fence, per-sandbox CiliumNetworkPolicy create+delete
+// whose owner the webhook verifies, unrelated ConfigMap writes as the
+// control) run at 1, 8 and 32 clients in each. Every cell is compared with
+// the baseline cell of the same run, and the apiserver's own admission
+// histograms for our policies and webhook are quoted from the same run.
+//
+//	go run ./e2e/bench [-rounds 4] [-window 1500ms] [-out docs/bench]
+//
+// It starts and stops its own control plane on loopback, and stops by
+// itself: the total is bounded by rounds x 27 windows plus switches.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/bench/chart"
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
+)
+
+type options struct {
+	rounds      int
+	window      time.Duration
+	warmup      time.Duration
+	concurrency []int
+	out         string
+	waitLoad    float64
+	waitLoadMax time.Duration
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func main() {
+	var o options
+	var conc string
+	flag.IntVar(&o.rounds, "rounds", 4, "measured rounds; each runs every configuration once, in a rotating order")
+	flag.DurationVar(&o.window, "window", 1500*time.Millisecond, "duration of one cell's window")
+	flag.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "window of the unrecorded warm-up round (0: none)")
+	flag.StringVar(&conc, "concurrency", "1,8,32", "client counts")
+	flag.StringVar(&o.out, "out", "", "directory for results.md and latency.png (default: print only)")
+	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, poll the 1-minute load average until it is below this (0: do not wait)")
+	flag.DurationVar(&o.waitLoadMax, "wait-load-max", 10*time.Minute, "give up waiting for a low load after this long and run anyway (the load is reported)")
+	flag.Parse()
+	for _, s := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "-concurrency %q: want positive integers separated by commas\n", conc)
+			os.Exit(2)
+		}
+		o.concurrency = append(o.concurrency, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		logf("FAILED: %v", err)
+		os.Exit(1)
+	}
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func load1() float64 {
+	f := strings.Fields(loadavg())
+	if len(f) == 0 {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}
+
+// waitForLowLoad polls the load average: the machine is shared, and a
+// measurement taken while others compile says more about them than about us.
+func waitForLowLoad(ctx context.Context, o options) {
+	if o.waitLoad <= 0 {
+		return
+	}
+	err := framework.Eventually(ctx, o.waitLoadMax, 5*time.Second, fmt.Sprintf("1-minute load below %.2f", o.waitLoad), func(context.Context) (bool, string, error) {
+		return load1() < o.waitLoad, "load " + loadavg(), nil
+	})
+	if err != nil {
+		logf("running anyway, the load is reported with the results: %v", err)
+	}
+}
+
+func run(ctx context.Context, o options) (err error) {
+	waitForLowLoad(ctx, o)
+	runStart := time.Now()
+	loadStart := loadavg()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	state, err := os.MkdirTemp("", "sandbox-fence-bench-")
+	if err != nil {
+		return err
+	}
+	p := &provider.Local{RepoRoot: root, BinDir: filepath.Join(root, "bin"), StateDir: state, RemoveState: true, Logf: logf}
+	env, err := p.Setup(ctx)
+	defer func() {
+		if terr := p.Teardown(context.WithoutCancel(ctx), err != nil, ""); terr != nil {
+			err = errors.Join(err, terr)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	if !env.WebhookInstalled {
+		return errors.New("the local webhook is not installed: the vaps+webhook configuration cannot be measured")
+	}
+	const malformed = "bench-malformed-epoch"
+	if err := seedMalformed(ctx, env, malformed); err != nil {
+		return err
+	}
+	if err := grantConfigMaps(ctx, env); err != nil {
+		return err
+	}
+	hc, err := newHostClients(env)
+	if err != nil {
+		return err
+	}
+	fx, err := makeFixtures(ctx, env, hc, slices.Max(o.concurrency))
+	if err != nil {
+		return err
+	}
+	sw, err := newSwitcher(ctx, env, malformed, logf)
+	if err != nil {
+		return err
+	}
+	wls := workloads(hc, fx)
+	logf("setup done in %s; load %s", time.Since(runStart).Round(100*time.Millisecond), loadavg())
+
+	results := map[string][]*cellResult{} // key: config/workload/clients
+	key := func(c, w string, n int) string { return fmt.Sprintf("%s/%s/%d", c, w, n) }
+	var loads []string
+	var switches []time.Duration
+	var before scrape
+	for r := 0; r <= o.rounds; r++ {
+		warm := r == 0
+		window := o.window
+		if warm {
+			if o.warmup <= 0 {
+				continue
+			}
+			window = o.warmup
+		}
+		if r == 1 {
+			if before, err = scrapeMetrics(ctx, env.Admin.Kube); err != nil {
+				return err
+			}
+		}
+		// Rotate the configuration order each round, so that drift (a
+		// growing etcd, a neighbour's compile) lands on every configuration.
+		for k := range configs {
+			c := configs[(k+r)%len(configs)]
+			d, err := sw.install(ctx, c)
+			if err != nil {
+				return err
+			}
+			if !warm {
+				switches = append(switches, d)
+			}
+			l0 := loadavg()
+			for _, w := range wls {
+				for _, n := range o.concurrency {
+					s, el := runWindow(ctx, hc, w, n, window)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					if s.errs > 0 {
+						return fmt.Errorf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %w", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
+					}
+					if !warm {
+						results[key(c.Name, w.Name, n)] = append(results[key(c.Name, w.Name, n)], &cellResult{round: r, config: c.Name, clients: n, elapsed: el, sink: s})
+					}
+				}
+			}
+			l1 := loadavg()
+			tag := fmt.Sprintf("round %d", r)
+			if warm {
+				tag = "warm-up"
+			}
+			loads = append(loads, fmt.Sprintf("| %s | %s | %s | %s | %s |", tag, c.Name, d.Round(time.Millisecond), l0, l1))
+			logf("%s %-13s switch %6s  load before %s  after %s", tag, c.Name, d.Round(time.Millisecond), l0, l1)
+		}
+	}
+	after, err := scrapeMetrics(ctx, env.Admin.Kube)
+	if err != nil {
+		return err
+	}
+	loadEnd := loadavg()
+
+	var md strings.Builder
+	fmt.Fprintf(&md, "Run: %s UTC, %d measured rounds + warm-up, window %s per cell, GOMAXPROCS %d, wall time %s.\n\n",
+		runStart.UTC().Format("2006-01-02 15:04"), o.rounds, o.window, runtime.GOMAXPROCS(0), time.Since(runStart).Round(time.Second))
+	fmt.Fprintf(&md, "Load average (1, 5, 15 min): %s at start, %s at the end.\n\n", loadStart, loadEnd)
+	for _, w := range wls {
+		fmt.Fprintf(&md, "#### %s — %s\n\n", w.Name, w.Requests)
+		md.WriteString("| clients | config | ops/s | ×baseline | per-round ops/s | p50 ms | p90 ms | p99 ms | Δp99 ms | write p50 ms | write p99 ms | Δwrite p99 ms |\n")
+		md.WriteString("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, n := range o.concurrency {
+			base := summarise(results[key("none", w.Name, n)])
+			for _, c := range configs {
+				s := summarise(results[key(c.Name, w.Name, n)])
+				fmt.Fprintf(&md, "| %d | %s | %.0f | %.3f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+					n, c.Name, s.Throughput, s.Throughput/base.Throughput, spread(s.PerRound),
+					ms(s.P50), ms(s.P90), ms(s.P99), deltaMs(s.P99, base.P99),
+					ms(s.WriteP50), ms(s.WriteP99), deltaMs(s.WriteP99, base.WriteP99))
+			}
+		}
+		md.WriteString("\n")
+	}
+	md.WriteString("Configuration switches and load average (1, 5, 15 min) around each block of 9 cells:\n\n")
+	md.WriteString("| round | config | switch observed after | load before | load after |\n|---|---|---:|---|---|\n")
+	md.WriteString(strings.Join(loads, "\n") + "\n\n")
+	md.WriteString(metricsTable(after.diff(before)))
+	fmt.Println(md.String())
+
+	if o.out != "" {
+		if err := os.MkdirAll(o.out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(o.out, "cluster-results.md"), []byte(md.String()), 0o644); err != nil {
+			return err
+		}
+		if err := writeChart(filepath.Join(o.out, "latency.png"), wls, o.concurrency, results, key, loadStart, loadEnd); err != nil {
+			return err
+		}
+		logf("wrote %s and %s", filepath.Join(o.out, "cluster-results.md"), filepath.Join(o.out, "latency.png"))
+	}
+	logf("done in %s", time.Since(runStart).Round(time.Second))
+	return nil
+}
+
+func writeChart(path string, wls []workload, conc []int, results map[string][]*cellResult, key func(string, string, int) string, l0, l1 string) error {
+	c := chart.Chart{
+		Title:  "sandbox-fence: host operation latency per configuration (one interleaved run, local control plane, loopback)",
+		Note:   fmt.Sprintf("operation = what the host sees (sandbox: GET+PATCH; cnp: POST+GET+DELETE; configmap: POST+DELETE). load avg %s -> %s", l0, l1),
+		YLabel: "ms",
+		Shades: []string{"p50", "p90", "p99"},
+	}
+	for _, cf := range configs {
+		c.Series = append(c.Series, cf.Name)
+	}
+	for _, n := range conc {
+		p := chart.Panel{Title: fmt.Sprintf("%d client(s)", n)}
+		for _, w := range wls {
+			g := chart.Group{Label: w.Name}
+			for _, cf := range configs {
+				s := summarise(results[key(cf.Name, w.Name, n)])
+				toMs := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+				g.Values = append(g.Values, []float64{toMs(s.P50), toMs(s.P90), toMs(s.P99)})
+			}
+			p.Groups = append(p.Groups, g)
+		}
+		c.Panels = append(c.Panels, p)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := c.PNG(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// The apiserver's own histograms for our enforcers (SPEC: every admission
+// decision of the fence is timed by the server that makes it).
+const (
+	vapMetric     = "apiserver_validating_admission_policy_check_duration_seconds"
+	webhookMetric = "apiserver_admission_webhook_admission_duration_seconds"
+)
+
+// histogram is one Prometheus histogram series aggregated over the labels
+// we do not group by.
+type histogram struct {
+	buckets map[float64]float64 // upper bound -> cumulative count
+	sum     float64
+	count   float64
+}
+
+// scrape is the parsed /metrics of the apiserver: family -> group key ->
+// histogram.
+type scrape map[string]map[string]*histogram
+
+// scrapeMetrics reads the apiserver's /metrics as the admin.
+func scrapeMetrics(ctx context.Context, kc kubernetes.Interface) (scrape, error) {
+	raw, err := kc.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scrape /metrics: %w", err)
+	}
+	return parseMetrics(raw), nil
+}
+
+// groupKey picks the labels a family is reported by.
+func groupKey(family string, labels map[string]string) string {
+	switch family {
+	case vapMetric:
+		return labels["policy"] + " " + labels["enforcement_action"] + " " + labels["error_type"]
+	case webhookMetric:
+		return labels["name"] + " " + labels["operation"] + " rejected=" + labels["rejected"]
+	}
+	return ""
+}
+
+// parseMetrics reads the Prometheus text format, keeping the two families.
+// It is a small reader on purpose: only histogram lines of two known
+// families are needed.
+func parseMetrics(raw []byte) scrape {
+	out := scrape{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		var family, suffix string
+		for _, f := range []string{vapMetric, webhookMetric} {
+			if rest, ok := strings.CutPrefix(line, f); ok {
+				family = f
+				suffix, _, _ = strings.Cut(rest, "{")
+				break
+			}
+		}
+		if family == "" {
+			continue
+		}
+		open, close := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}')
+		if open < 0 || close < open {
+			continue
+		}
+		labels := parseLabels(line[open+1 : close])
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[close+1:]), 64)
+		if err != nil {
+			continue
+		}
+		key := groupKey(family, labels)
+		if out[family] == nil {
+			out[family] = map[string]*histogram{}
+		}
+		h := out[family][key]
+		if h == nil {
+			h = &histogram{buckets: map[float64]float64{}}
+			out[family][key] = h
+		}
+		switch suffix {
+		case "_bucket":
+			le, err := strconv.ParseFloat(labels["le"], 64)
+			if err == nil {
+				h.buckets[le] += v
+			}
+		case "_sum":
+			h.sum += v
+		case "_count":
+			h.count += v
+		}
+	}
+	return out
+}
+
+func parseLabels(s string) map[string]string {
+	m := map[string]string{}
+	for s != "" {
+		k, rest, ok := strings.Cut(s, "=\"")
+		if !ok {
+			break
+		}
+		end := strings.IndexByte(rest, '"')
+		for end > 0 && rest[end-1] == '\\' {
+			next := strings.IndexByte(rest[end+1:], '"')
+			if next < 0 {
+				break
+			}
+			end += next + 1
+		}
+		if end < 0 {
+			break
+		}
+		m[strings.TrimPrefix(k, ",")] = rest[:end]
+		s = strings.TrimPrefix(rest[end+1:], ",")
+	}
+	return m
+}
+
+// diff is after minus before: the requests of the measured phase only.
+func (after scrape) diff(before scrape) scrape {
+	out := scrape{}
+	for fam, groups := range after {
+		out[fam] = map[string]*histogram{}
+		for key, h := range groups {
+			d := &histogram{buckets: map[float64]float64{}, sum: h.sum, count: h.count}
+			for le, c := range h.buckets {
+				d.buckets[le] = c
+			}
+			if b := before[fam][key]; b != nil {
+				d.sum -= b.sum
+				d.count -= b.count
+				for le, c := range b.buckets {
+					d.buckets[le] -= c
+				}
+			}
+			if d.count > 0 {
+				out[fam][key] = d
+			}
+		}
+	}
+	return out
+}
+
+// metricsTable renders the measured phase's histograms as Markdown. The
+// buckets are coarse (the policy histogram's are 0.5 µs, 1 ms, 10 ms, ...),
+// so the cumulative bucket counts are printed rather than interpolated
+// quantiles that would only restate the bucket bounds.
+func metricsTable(s scrape) string {
+	var b strings.Builder
+	for _, fam := range []string{vapMetric, webhookMetric} {
+		fmt.Fprintf(&b, "`%s`, difference over the measured phase:\n\n", fam)
+		b.WriteString("| series | count | mean (ms) | cumulative buckets (le seconds: count) |\n|---|---:|---:|---|\n")
+		keys := make([]string, 0, len(s[fam]))
+		for k := range s[fam] {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if len(keys) == 0 {
+			b.WriteString("| (no samples) | 0 | | |\n")
+		}
+		for _, k := range keys {
+			h := s[fam][k]
+			fmt.Fprintf(&b, "| %s | %.0f | %.3f | %s |\n", k, h.count, 1000*h.sum/h.count, h.bucketString())
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// bucketString lists the cumulative counts up to the first bucket holding
+// every sample.
+func (h *histogram) bucketString() string {
+	les := make([]float64, 0, len(h.buckets))
+	for le := range h.buckets {
+		les = append(les, le)
+	}
+	slices.Sort(les)
+	var parts []string
+	for _, le := range les {
+		c := h.buckets[le]
+		if c == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%g: %.0f", le, c))
+		if c >= h.count {
+			break
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	authzv1 "k8s.io/api/authorization/v1"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+)
+
+// workload is one kind of host traffic. op runs one operation of worker i;
+// every worker owns its objects, so workers never conflict and every
+// operation must succeed.
+type workload struct {
+	Name string
+	// Requests describes one operation on the wire.
+	Requests string
+	op       func(ctx context.Context, i int) error
+}
+
+// hostClients are the host's clients for the whole run: one process, one
+// connection pool, no client-side rate limit (the default 5 QPS, or the
+// framework's 100, would measure the limiter instead of the server).
+type hostClients struct {
+	fence *fence.Client
+	kube  kubernetes.Interface
+	rec   *recorder
+}
+
+func newHostClients(env *framework.Env) (*hostClients, error) {
+	cfg := rest.CopyConfig(env.Host.Config)
+	cfg.QPS, cfg.Burst = -1, 0
+	rec := &recorder{}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec }
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &hostClients{fence: fence.NewClient(dyn, fence.Options{}), kube: kc, rec: rec}, nil
+}
+
+// fixtures are the objects each worker owns.
+type fixtures struct {
+	ns        string
+	sandboxes []string
+	epochs    []uint64
+	claims    []fence.PolicyOwner
+	mu        sync.Mutex
+	cmSeq     []int
+}
+
+// grantConfigMaps gives the host what the control workload needs. The host
+// Role of SPEC 6 has no ConfigMap rights; an unrelated controller running
+// under the same ServiceAccount would.
+func grantConfigMaps(ctx context.Context, env *framework.Env) error {
+	kc := env.Admin.Kube
+	ns := env.HostNamespace
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-configmaps"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "get", "delete"}}},
+	}
+	if _, err := kc.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench-configmaps"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "bench-configmaps"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: framework.HostServiceAccount, Namespace: ns}},
+	}
+	if _, err := kc.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return env.WaitAllowed(ctx, env.Host, authzv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "configmaps"})
+}
+
+// makeFixtures creates, as the host and with the fence fully installed, one
+// fenced Sandbox and one SandboxClaim (the owner of its per-sandbox policy)
+// per worker.
+func makeFixtures(ctx context.Context, env *framework.Env, hc *hostClients, workers int) (*fixtures, error) {
+	f := &fixtures{ns: env.HostNamespace, cmSeq: make([]int, workers)}
+	claims := env.Host.Dynamic.Resource(framework.ClaimGVR).Namespace(f.ns)
+	for i := range workers {
+		name := fmt.Sprintf("bench-sbx-%02d", i)
+		epoch := uint64(1)
+		obj := framework.MakeSandbox(f.ns, name).PodLabel(fence.DefaultPerSandboxLabelKey, name).Obj()
+		if _, err := hc.fence.CreateWorkspace(ctx, obj, &epoch); err != nil {
+			return nil, fmt.Errorf("fixture %s: %w", name, err)
+		}
+		f.sandboxes = append(f.sandboxes, name)
+		f.epochs = append(f.epochs, epoch)
+
+		cname := fmt.Sprintf("bench-claim-%02d", i)
+		c, err := claims.Create(ctx, framework.MakeClaim(f.ns, cname).PodLabel(fence.DefaultPerSandboxLabelKey, cname).Obj(), metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("fixture %s: %w", cname, err)
+		}
+		f.claims = append(f.claims, fence.PolicyOwner{Kind: "SandboxClaim", Name: cname, UID: string(c.GetUID())})
+	}
+	// The host checks the fence once per client, before its first policy
+	// write (SPEC 4.1); do it now, while the bindings exist.
+	return f, hc.fence.CheckEgressFence(ctx)
+}
+
+// egressHosts is a realistic allowlist: a registry, an API and a wildcard.
+var egressHosts = []string{"registry.npmjs.org", "api.example.com", ".example.org"}
+
+func workloads(hc *hostClients, f *fixtures) []workload {
+	return []workload{{
+		Name:     "sandbox",
+		Requests: "fenced suspend / resume / stamp (next epoch): GET + JSON PATCH each",
+		op: func(ctx context.Context, i int) error {
+			// One cycle per three operations, the epoch raised by the stamp:
+			// SPEC 3.6 rules 4 (m > o) and 7-like re-stamps (m == o) both run.
+			name := f.sandboxes[i]
+			e := f.epochs[i]
+			var err error
+			switch f.next(i) % 3 {
+			case 0:
+				_, err = hc.fence.Suspend(ctx, f.ns, name, &e)
+			case 1:
+				_, err = hc.fence.Resume(ctx, f.ns, name, &e)
+			case 2:
+				e++
+				if _, err = hc.fence.Stamp(ctx, f.ns, name, e); err == nil {
+					f.epochs[i] = e
+				}
+			}
+			return err
+		},
+	}, {
+		Name:     "cnp",
+		Requests: "ApplyEgress (POST + read-back GET) then RemoveEgress (DELETE)",
+		op: func(ctx context.Context, i int) error {
+			owner := f.claims[i]
+			if _, err := hc.fence.ApplyEgress(ctx, fence.PolicyInput{Owner: owner, Namespace: f.ns, Hosts: egressHosts}); err != nil {
+				return err
+			}
+			return hc.fence.RemoveEgress(ctx, f.ns, owner.UID)
+		},
+	}, {
+		Name:     "configmap",
+		Requests: "ConfigMap POST then DELETE in the same opted-in namespace",
+		op: func(ctx context.Context, i int) error {
+			name := fmt.Sprintf("bench-cm-%02d-%d", i, f.next(i))
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"settings.json": strings.Repeat("x", 512)}}
+			cms := hc.kube.CoreV1().ConfigMaps(f.ns)
+			if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			return cms.Delete(ctx, name, metav1.DeleteOptions{})
+		},
+	}}
+}
+
+// next returns worker i's operation counter and advances it.
+func (f *fixtures) next(i int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.cmSeq[i]
+	f.cmSeq[i]++
+	return n
+}
+
+// cellResult is one window of one (config, workload, concurrency).
+type cellResult struct {
+	round   int
+	config  string
+	load    string
+	clients int
+	elapsed time.Duration
+	sink    *sink
+}
+
+// runWindow runs `clients` workers of w in a closed loop for d and returns
+// what they measured. Each worker finishes its operation in flight, so no
+// operation is cut in half (cutting would leave objects behind).
+func runWindow(ctx context.Context, hc *hostClients, w workload, clients int, d time.Duration) (*sink, time.Duration) {
+	s := &sink{}
+	hc.rec.current.Store(s)
+	defer hc.rec.current.Store(nil)
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t := time.Now()
+				err := w.op(ctx, i)
+				s.op(time.Since(t), err)
+			}
+		})
+	}
+	wg.Wait()
+	return s, time.Since(start)
+}
