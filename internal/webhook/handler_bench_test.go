@@ -1,0 +1,56 @@
+package webhook_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+
+	loadgen "github.com/sandbox-fence/sandbox-fence/hack/loadgen/review"
+)
+
+// BenchmarkCiliumWebhookServeHTTP is the webhook end to end inside the
+// process: raw AdmissionReview bytes in, response bytes out, through
+// controller-runtime's admission.Webhook (decode, handler, encode), the
+// FenceConfig read, the owner lookup from a cache that deep-copies like the
+// informer cache, the rule and the metrics. TLS and the socket are not in it
+// (hack/loadgen measures those).
+func BenchmarkCiliumWebhookServeHTTP(b *testing.B) {
+	h := loadgen.Handler(nil)
+	for _, c := range []struct {
+		name    string
+		kind    loadgen.Kind
+		allowed bool
+	}{{"admitted", loadgen.Admitted, true}, {"denied, invented owner", loadgen.Denied, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			body, err := loadgen.Build(1, c.kind)
+			if err != nil {
+				b.Fatal(err)
+			}
+			serve := func() *httptest.ResponseRecorder {
+				req := httptest.NewRequest(http.MethodPost, "/validate-cilium-egress", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				return rec
+			}
+			// The verdict is checked once, outside the timed loop.
+			rec := serve()
+			var out admissionv1.AdmissionReview
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil || out.Response.Allowed != c.allowed {
+				b.Fatalf("want allowed=%v, got HTTP %d %s (%v)", c.allowed, rec.Code, rec.Body, err)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if rec := serve(); rec.Code != http.StatusOK {
+					b.Fatalf("HTTP %d: %s", rec.Code, rec.Body)
+				}
+			}
+			b.ReportMetric(float64(len(body)), "review-bytes")
+		})
+	}
+}
