@@ -27,6 +27,10 @@ const (
 	EnvImageArchive = "E2E_IMAGE_ARCHIVE"
 	// EnvPauseArchive is the pause image tarball (hack/node/setup.sh).
 	EnvPauseArchive = "E2E_PAUSE_ARCHIVE"
+	// EnvOverlay names another kustomization to deploy instead of
+	// OverlayDir (a variant such as strict delete); relative to the
+	// repository root.
+	EnvOverlay = "E2E_NODE_OVERLAY"
 )
 
 // OverlayDir is the kustomize overlay of config/default this provider
@@ -41,7 +45,9 @@ type Provider struct {
 	StateDir     string
 	ImageArchive string
 	PauseArchive string
-	Logf         framework.Logf
+	// Overlay is the kustomization deployed, relative to RepoRoot.
+	Overlay string
+	Logf    framework.Logf
 
 	Node *Node
 	Env  *framework.Env
@@ -58,9 +64,13 @@ func NewProvider(root, bin string, logf framework.Logf) *Provider {
 	if pause == "" {
 		pause = filepath.Join(bin, "pause-image.tar")
 	}
+	overlay := os.Getenv(EnvOverlay)
+	if overlay == "" {
+		overlay = OverlayDir
+	}
 	return &Provider{
 		RepoRoot: root, BinDir: bin, StateDir: filepath.Join(root, ".dev", "node"),
-		ImageArchive: img, PauseArchive: pause, Logf: logf,
+		ImageArchive: img, PauseArchive: pause, Overlay: overlay, Logf: logf,
 	}
 }
 
@@ -100,10 +110,11 @@ func hasWebhookDeployment(objs []*unstructured.Unstructured) bool {
 // cert-controller rotation, VAPs), the FenceConfig, then enforcement.
 func (p *Provider) Setup(ctx context.Context) (*framework.Env, error) {
 	start := time.Now()
-	if _, err := os.Stat(filepath.Join(p.RepoRoot, OverlayDir, "kustomization.yaml")); err != nil {
-		return nil, fmt.Errorf("the node overlay of config/default is missing: %w", err)
+	if _, err := os.Stat(filepath.Join(p.RepoRoot, p.Overlay, "kustomization.yaml")); err != nil {
+		return nil, fmt.Errorf("the kustomization to deploy is missing: %w", err)
 	}
-	objs, err := framework.Kustomize(ctx, filepath.Join(p.BinDir, "kubectl"), filepath.Join(p.RepoRoot, OverlayDir))
+	p.Logf("node: deploying %s", p.Overlay)
+	objs, err := framework.Kustomize(ctx, filepath.Join(p.BinDir, "kubectl"), filepath.Join(p.RepoRoot, p.Overlay))
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +126,7 @@ func (p *Provider) Setup(ctx context.Context) (*framework.Env, error) {
 	if deploysWebhook {
 		images = append(images, p.ImageArchive)
 	} else {
-		p.Logf("!!! %s renders no Deployment %s/%s: the webhook is NOT DEPLOYED; webhook cases will skip", OverlayDir, framework.WebhookNamespace, framework.WebhookName)
+		p.Logf("!!! %s renders no Deployment %s/%s: the webhook is NOT DEPLOYED; webhook cases will skip", p.Overlay, framework.WebhookNamespace, framework.WebhookName)
 	}
 	n, err := Start(ctx, Options{BinDir: p.BinDir, StateDir: p.StateDir, Logf: p.Logf, Images: images})
 	p.Node = n
@@ -193,6 +204,11 @@ func WaitDeploymentAvailable(ctx context.Context, env *framework.Env, timeout ti
 				return false, "", fmt.Errorf("rollout stuck: %s", c.Message)
 			}
 		}
+		if !done {
+			if why := crashLooping(ctx, env); why != "" {
+				return false, "", fmt.Errorf("the rollout cannot finish: %s", why)
+			}
+		}
 		return done, fmt.Sprintf("replicas %d updated %d available %d of %d", s.Replicas, s.UpdatedReplicas, s.AvailableReplicas, want), nil
 	})
 }
@@ -212,7 +228,10 @@ func (p *Provider) podReport(ctx context.Context) string {
 	for _, pod := range pods.Items {
 		fmt.Fprintf(&b, "pod %s: %s on %q\n", pod.Name, pod.Status.Phase, pod.Spec.NodeName)
 		for _, cs := range pod.Status.ContainerStatuses {
-			fmt.Fprintf(&b, "  container %s ready=%v restarts=%d state=%s\n", cs.Name, cs.Ready, cs.RestartCount, containerState(cs.State))
+			fmt.Fprintf(&b, "  container %s ready=%v restarts=%d state=%s last=%s\n", cs.Name, cs.Ready, cs.RestartCount, containerState(cs.State), containerState(cs.LastTerminationState))
+			if p.Node != nil {
+				fmt.Fprintf(&b, "  last log lines:\n%s\n", indent(p.Node.ContainerLogTail(pod.Namespace, pod.Name, string(pod.UID), cs.Name, 8), "    "))
+			}
 		}
 	}
 	evs, err := kc.CoreV1().Events(framework.WebhookNamespace).List(ctx, metav1.ListOptions{})
@@ -226,6 +245,48 @@ func (p *Provider) podReport(ctx context.Context) string {
 		}
 	}
 	return b.String()
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n"+prefix)
+}
+
+// ContainerLogTail reads the newest log of a container straight from the
+// kubelet's pod log directory: it works when the apiserver cannot reach the
+// kubelet, and after the container exited.
+func (n *Node) ContainerLogTail(namespace, pod, uid, container string, lines int) string {
+	dir := filepath.Join(n.Layout.PodLogs(), namespace+"_"+pod+"_"+uid, container)
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return "(no log)"
+	}
+	newest, newestTime := "", time.Time{}
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.ModTime().After(newestTime) {
+			newest, newestTime = e.Name(), fi.ModTime()
+		}
+	}
+	return cluster.TailFile(filepath.Join(dir, newest), lines)
+}
+
+// crashLooping names a webhook container that keeps failing, so Setup stops
+// waiting for a rollout that cannot finish and shows why.
+func crashLooping(ctx context.Context, env *framework.Env) string {
+	pods, err := env.Admin.Kube.CoreV1().Pods(framework.WebhookNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, pod := range pods.Items {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.RestartCount >= 2 && !cs.Ready {
+				return fmt.Sprintf("container %s of pod %s restarted %d times (%s)", cs.Name, pod.Name, cs.RestartCount, containerState(cs.LastTerminationState))
+			}
+			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImageNeverPull" || w.Reason == "CreateContainerConfigError" || w.Reason == "CreateContainerError") {
+				return fmt.Sprintf("container %s of pod %s: %s %s", cs.Name, pod.Name, w.Reason, w.Message)
+			}
+		}
+	}
+	return ""
 }
 
 func containerState(s corev1.ContainerState) string {
