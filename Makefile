@@ -54,7 +54,7 @@ test-node: tools image ## In-cluster e2e on a real node here (Linux, root): kube
 	$(GO) run ./e2e/node/cmd/nodecluster cleanup
 	status=0; export E2E_PROVIDER=node E2E_IMAGE_ARCHIVE=$(IMAGE_TAR); \
 	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e || status=$$?; \
-	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/node/... || status=$$?; \
+	  $(GO) test -count=1 -v -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/node/... || status=$$?; \
 	  $(GO) run ./e2e/node/cmd/nodecluster cleanup || status=1; exit $$status
 
 ##@ Local control plane
