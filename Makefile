@@ -83,6 +83,19 @@ run: tools ## Start everything, print what to try, tear down on Ctrl-C.
 demo: tools ## Scripted walk-through: each step and its verdict; fails on a wrong verdict.
 	$(GO) run ./e2e/cmd/devcluster demo
 
+##@ Benchmarks
+
+BENCH_FLAGS ?= -rounds 5 -window 2s -out docs/bench
+
+.PHONY: bench
+bench: tools ## What the fence costs a cluster: interleaved configurations on a local control plane, then the webhook server alone (BENCHMARKS.md).
+	$(GO) run ./e2e/bench $(BENCH_FLAGS)
+	$(GO) run ./hack/loadgen -out docs/bench
+
+.PHONY: bench-micro
+bench-micro: ## Hot-path micro benchmarks: handler, validators, patch builder, hash, VAPs in process (ns/op, allocs/op, CEL cost).
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/fence/ ./internal/admit/ ./internal/webhook/ ./policies/
+
 ##@ Build
 
 .PHONY: build
