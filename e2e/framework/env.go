@@ -61,6 +61,9 @@ type Env struct {
 	// WebhookInstalled is false when the provider found no webhook to run;
 	// webhook-only cases skip with that reason.
 	WebhookInstalled bool
+	// WebhookProcess stops and restarts the webhook when the provider runs
+	// it as a local process; nil otherwise (webhookproc.go).
+	WebhookProcess WebhookProcess
 	// Policies holds the shipped ValidatingAdmissionPolicies found on the
 	// cluster (filled by WaitForEnforcement); cases of a missing one skip.
 	Policies map[string]bool

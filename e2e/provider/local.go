@@ -188,6 +188,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 		return err
 	}
 	l.Env.WebhookInstalled = true
+	l.Env.WebhookProcess = localWebhook{l: l}
 	l.Logf("local: webhook serving on %s", base)
 	return nil
 }
