@@ -134,7 +134,9 @@ func TestWebhookOutageRefusesOnlyWhatIsRoutedToIt(t *testing.T) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name("outage"), Namespace: hostNS}, Data: map[string]string{"k": "v"}}
 		_, err := env.Operator.Kube.CoreV1().ConfigMaps(hostNS).Create(ctx, cm, metav1.CreateOptions{})
 		framework.ExpectAdmitted(t, "operator ConfigMap", err)
-		t.Cleanup(func() { _ = env.Admin.Kube.CoreV1().ConfigMaps(hostNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = env.Admin.Kube.CoreV1().ConfigMaps(hostNS).Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
+		})
 	})
 	t.Run("the operator's Sandbox update is admitted", func(t *testing.T) {
 		err := patch(t, env.Operator, framework.SandboxGVR, hostNS, sbx.GetName(), types.MergePatchType, []byte(`{"metadata":{"labels":{"outage":"survived"}}}`))
