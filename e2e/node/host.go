@@ -49,6 +49,10 @@ const (
 	// GuardChain holds the filter rule that drops pod traffic to anything
 	// but this host and other pods: the workplace allows no other traffic.
 	GuardChain = "SANDBOX-FENCE-NODE"
+	// GuardInChain (jumped to from INPUT) drops connections from other
+	// machines to the apiserver, which must listen on all addresses for
+	// pods to reach it at AdvertiseIP.
+	GuardInChain = "SANDBOX-FENCE-NODE-IN"
 	// CgroupRoot is the kubelet's --cgroup-root: every pod cgroup lives
 	// under it in each v1 hierarchy, so teardown finds all of them.
 	CgroupRoot = "sandbox-fence-node"
@@ -185,6 +189,8 @@ func Prepare(stateDir, binDir string) (*Manifest, error) {
 		{"iptables", "-w", "-A", GuardChain, "-i", BridgeLink, "-o", BridgeLink, "-j", "RETURN"},
 		{"iptables", "-w", "-A", GuardChain, "-i", BridgeLink, "-m", "comment", "--comment", "sandbox-fence node: pods reach only this host and each other", "-j", "DROP"},
 		{"iptables", "-w", "-I", "FORWARD", "1", "-j", GuardChain},
+		{"iptables", "-w", "-N", GuardInChain},
+		{"iptables", "-w", "-I", "INPUT", "1", "-j", GuardInChain},
 	}
 	for _, s := range steps {
 		if _, err := run(s[0], s[1:]...); err != nil {
@@ -192,6 +198,15 @@ func Prepare(stateDir, binDir string) (*Manifest, error) {
 		}
 	}
 	return m, makeCgroupRoot()
+}
+
+// GuardAPIServerPort makes the apiserver's port answer only connections to
+// loopback and AdvertiseIP: anything arriving for another address of this
+// machine came from elsewhere.
+func GuardAPIServerPort(port int) error {
+	_, err := run("iptables", "-w", "-A", GuardInChain, "-p", "tcp", "--dport", strconv.Itoa(port),
+		"!", "-i", "lo", "!", "-d", AdvertiseIP, "-m", "comment", "--comment", "sandbox-fence node: apiserver for this host only", "-j", "DROP")
+	return err
 }
 
 // cgroupHierarchies lists the mounted v1 hierarchies (cpu, memory, ...,
@@ -563,21 +578,23 @@ func cleanIptables(binDir string) error {
 			}
 		}
 	}
-	for {
-		if _, err := run("iptables", "-w", "-C", "FORWARD", "-j", GuardChain); err != nil {
-			break
+	for _, g := range []struct{ from, chain string }{{"FORWARD", GuardChain}, {"INPUT", GuardInChain}} {
+		for {
+			if _, err := run("iptables", "-w", "-C", g.from, "-j", g.chain); err != nil {
+				break
+			}
+			if _, err := run("iptables", "-w", "-D", g.from, "-j", g.chain); err != nil {
+				errs = append(errs, err)
+				break
+			}
 		}
-		if _, err := run("iptables", "-w", "-D", "FORWARD", "-j", GuardChain); err != nil {
-			errs = append(errs, err)
-			break
-		}
-	}
-	if _, err := run("iptables", "-w", "-n", "-L", GuardChain); err == nil {
-		if _, err := run("iptables", "-w", "-F", GuardChain); err != nil {
-			errs = append(errs, err)
-		}
-		if _, err := run("iptables", "-w", "-X", GuardChain); err != nil {
-			errs = append(errs, err)
+		if _, err := run("iptables", "-w", "-n", "-L", g.chain); err == nil {
+			if _, err := run("iptables", "-w", "-F", g.chain); err != nil {
+				errs = append(errs, err)
+			}
+			if _, err := run("iptables", "-w", "-X", g.chain); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	// The kubelet's own canary and firewall chains.

@@ -135,6 +135,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err != nil {
 		return n, err
 	}
+	if err := guardAPIServer(n.CP.APIServerURL); err != nil {
+		return n, err
+	}
 	if err := n.startScheduler(ctx); err != nil {
 		return n, err
 	}
@@ -151,6 +154,15 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		return n, err
 	}
 	return n, nil
+}
+
+func guardAPIServer(url string) error {
+	i := strings.LastIndexByte(url, ':')
+	port, err := strconv.Atoi(url[i+1:])
+	if err != nil {
+		return fmt.Errorf("apiserver URL %s has no port: %w", url, err)
+	}
+	return GuardAPIServerPort(port)
 }
 
 func (n *Node) start(name, bin string, args []string) (*cluster.Process, error) {
