@@ -94,7 +94,9 @@ bench: tools ## What the fence costs a cluster: interleaved configurations on a 
 
 .PHONY: bench-micro
 bench-micro: ## Hot-path micro benchmarks: handler, validators, patch builder, hash, VAPs in process (ns/op, allocs/op, CEL cost).
+	@echo "load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/fence/ ./internal/admit/ ./internal/webhook/ ./policies/
+	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 ##@ Build
 
