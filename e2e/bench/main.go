@@ -165,7 +165,7 @@ func run(ctx context.Context, o options) (err error) {
 	key := func(c, w string, n int) string { return fmt.Sprintf("%s/%s/%d", c, w, n) }
 	var loads []string
 	var switches []time.Duration
-	var before scrape
+	perConfig := map[string]scrape{}
 	for r := 0; r <= o.rounds; r++ {
 		warm := r == 0
 		window := o.window
@@ -174,11 +174,6 @@ func run(ctx context.Context, o options) (err error) {
 				continue
 			}
 			window = o.warmup
-		}
-		if r == 1 {
-			if before, err = scrapeMetrics(ctx, env.Admin.Kube); err != nil {
-				return err
-			}
 		}
 		// Rotate the configuration order each round, so that drift (a
 		// growing etcd, a neighbour's compile) lands on every configuration.
@@ -192,6 +187,10 @@ func run(ctx context.Context, o options) (err error) {
 				switches = append(switches, d)
 			}
 			l0 := loadavg()
+			before, err := scrapeMetrics(ctx, env.Admin.Kube)
+			if err != nil {
+				return err
+			}
 			for _, w := range wls {
 				for _, n := range o.concurrency {
 					s, el := runWindow(ctx, hc, w, n, window)
@@ -206,6 +205,16 @@ func run(ctx context.Context, o options) (err error) {
 					}
 				}
 			}
+			after, err := scrapeMetrics(ctx, env.Admin.Kube)
+			if err != nil {
+				return err
+			}
+			if !warm {
+				if perConfig[c.Name] == nil {
+					perConfig[c.Name] = scrape{}
+				}
+				perConfig[c.Name].add(after.diff(before))
+			}
 			l1 := loadavg()
 			tag := fmt.Sprintf("round %d", r)
 			if warm {
@@ -214,10 +223,6 @@ func run(ctx context.Context, o options) (err error) {
 			loads = append(loads, fmt.Sprintf("| %s | %s | %s | %s | %s |", tag, c.Name, d.Round(time.Millisecond), l0, l1))
 			logf("%s %-13s switch %6s  load before %s  after %s", tag, c.Name, d.Round(time.Millisecond), l0, l1)
 		}
-	}
-	after, err := scrapeMetrics(ctx, env.Admin.Kube)
-	if err != nil {
-		return err
 	}
 	loadEnd := loadavg()
 
@@ -244,7 +249,12 @@ func run(ctx context.Context, o options) (err error) {
 	md.WriteString("Configuration switches and load average (1, 5, 15 min) around each block of 9 cells:\n\n")
 	md.WriteString("| round | config | switch observed after | load before | load after |\n|---|---|---:|---|---|\n")
 	md.WriteString(strings.Join(loads, "\n") + "\n\n")
-	md.WriteString(metricsTable(after.diff(before)))
+	md.WriteString("The apiserver's own admission histograms, summed over each configuration's measured blocks:\n\n")
+	var order []string
+	for _, c := range configs {
+		order = append(order, c.Name)
+	}
+	md.WriteString(metricsTable(perConfig, order))
 	fmt.Println(md.String())
 
 	if o.out != "" {

@@ -17,7 +17,15 @@ import (
 const (
 	vapMetric     = "apiserver_validating_admission_policy_check_duration_seconds"
 	webhookMetric = "apiserver_admission_webhook_admission_duration_seconds"
+	// pluginMetric times each admission plugin per request, admitted or
+	// not: the only server-side figure for admitted VAP checks, since the
+	// apiserver observes vapMetric for a binding only on a denial or an
+	// evaluation error (k8s.io/apiserver validating/dispatcher.go).
+	pluginMetric = "apiserver_admission_controller_admission_duration_seconds"
 )
+
+// families are the histograms kept from a scrape.
+var families = []string{vapMetric, webhookMetric, pluginMetric}
 
 // histogram is one Prometheus histogram series aggregated over the labels
 // we do not group by.
@@ -47,6 +55,10 @@ func groupKey(family string, labels map[string]string) string {
 		return labels["policy"] + " " + labels["enforcement_action"] + " " + labels["error_type"]
 	case webhookMetric:
 		return labels["name"] + " " + labels["operation"] + " rejected=" + labels["rejected"]
+	case pluginMetric:
+		if n := labels["name"]; n == "ValidatingAdmissionPolicy" || n == "ValidatingAdmissionWebhook" {
+			return n + " " + labels["operation"] + " rejected=" + labels["rejected"]
+		}
 	}
 	return ""
 }
@@ -64,8 +76,9 @@ func parseMetrics(raw []byte) scrape {
 			continue
 		}
 		var family, suffix string
-		for _, f := range []string{vapMetric, webhookMetric} {
-			if rest, ok := strings.CutPrefix(line, f); ok {
+		for _, f := range families {
+			if rest, ok := strings.CutPrefix(line, f+"_"); ok {
+				rest = "_" + rest
 				family = f
 				suffix, _, _ = strings.Cut(rest, "{")
 				break
@@ -84,6 +97,9 @@ func parseMetrics(raw []byte) scrape {
 			continue
 		}
 		key := groupKey(family, labels)
+		if key == "" {
+			continue
+		}
 		if out[family] == nil {
 			out[family] = map[string]*histogram{}
 		}
@@ -156,26 +172,52 @@ func (after scrape) diff(before scrape) scrape {
 	return out
 }
 
-// metricsTable renders the measured phase's histograms as Markdown. The
-// buckets are coarse (the policy histogram's are 0.5 µs, 1 ms, 10 ms, ...),
-// so the cumulative bucket counts are printed rather than interpolated
-// quantiles that would only restate the bucket bounds.
-func metricsTable(s scrape) string {
+// add accumulates d into s.
+func (s scrape) add(d scrape) {
+	for fam, groups := range d {
+		if s[fam] == nil {
+			s[fam] = map[string]*histogram{}
+		}
+		for key, h := range groups {
+			acc := s[fam][key]
+			if acc == nil {
+				acc = &histogram{buckets: map[float64]float64{}}
+				s[fam][key] = acc
+			}
+			acc.sum += h.sum
+			acc.count += h.count
+			for le, c := range h.buckets {
+				acc.buckets[le] += c
+			}
+		}
+	}
+}
+
+// metricsTable renders the histograms of each configuration's measured
+// blocks (scraped right before and after each block, so the probes of the
+// switches are not in them) as Markdown. The buckets are coarse (the
+// policy histogram's are 0.5 µs, 1 ms, 10 ms, ...), so the cumulative
+// bucket counts are printed rather than interpolated quantiles that would
+// only restate the bucket bounds.
+func metricsTable(perConfig map[string]scrape, order []string) string {
 	var b strings.Builder
-	for _, fam := range []string{vapMetric, webhookMetric} {
-		fmt.Fprintf(&b, "`%s`, difference over the measured phase:\n\n", fam)
-		b.WriteString("| series | count | mean (ms) | cumulative buckets (le seconds: count) |\n|---|---:|---:|---|\n")
-		keys := make([]string, 0, len(s[fam]))
-		for k := range s[fam] {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		if len(keys) == 0 {
-			b.WriteString("| (no samples) | 0 | | |\n")
-		}
-		for _, k := range keys {
-			h := s[fam][k]
-			fmt.Fprintf(&b, "| %s | %.0f | %.3f | %s |\n", k, h.count, 1000*h.sum/h.count, h.bucketString())
+	for _, fam := range families {
+		fmt.Fprintf(&b, "`%s`:\n\n", fam)
+		b.WriteString("| config | series | count | mean (ms) | cumulative buckets (le seconds: count) |\n|---|---|---:|---:|---|\n")
+		for _, c := range order {
+			s := perConfig[c]
+			keys := make([]string, 0, len(s[fam]))
+			for k := range s[fam] {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if len(keys) == 0 {
+				fmt.Fprintf(&b, "| %s | (no samples) | 0 | | |\n", c)
+			}
+			for _, k := range keys {
+				h := s[fam][k]
+				fmt.Fprintf(&b, "| %s | %s | %.0f | %.3f | %s |\n", c, k, h.count, 1000*h.sum/h.count, h.bucketString())
+			}
 		}
 		b.WriteString("\n")
 	}
