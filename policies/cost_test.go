@@ -87,14 +87,17 @@ func TestCELCost(t *testing.T) {
 				}
 				params = in.params
 			}
-			ns := nss[in.req.Namespace]
+			prepared, err := vaptest.NewInput(in.req, params, nss[in.req.Namespace])
+			if err != nil {
+				t.Fatalf("%s: %v", in.name, err)
+			}
 			ctx := context.Background()
 			matched := true
 			for i, e := range exprs {
 				if e.Kind != "matchCondition" {
 					continue
 				}
-				ev := e.Evaluate(ctx, in.req, params, ns)
+				ev := e.EvaluateInput(ctx, prepared)
 				record(i, in, ev)
 				if ev.Err != nil {
 					t.Errorf("%s %s on %s: %v", p.Policy.Name, e.Field, in.name, ev.Err)
@@ -110,7 +113,7 @@ func TestCELCost(t *testing.T) {
 				if e.Kind != "variable" && e.Kind != "validation" {
 					continue
 				}
-				ev := e.Evaluate(ctx, in.req, params, ns)
+				ev := e.EvaluateInput(ctx, prepared)
 				record(i, in, ev)
 				if ev.Err != nil {
 					t.Errorf("%s %s errors on %s: %v", p.Policy.Name, e.Field, in.name, ev.Err)
@@ -123,7 +126,7 @@ func TestCELCost(t *testing.T) {
 				if e.Kind != "messageExpression" || !failed[e.Validation] {
 					continue
 				}
-				ev := e.Evaluate(ctx, in.req, params, ns)
+				ev := e.EvaluateInput(ctx, prepared)
 				record(i, in, ev)
 				msg, ok := ev.Value.(string)
 				switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,13 +41,14 @@ func CompileExpressions(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([
 	for i := range p.Spec.Variables {
 		vars = append(vars, namedVariable{p.Spec.Variables[i]})
 	}
+	// One compiler holds the variables for every expression, as in the plugin.
+	c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		return nil, err
+	}
+	c.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
 	var out []*Expression
 	add := func(kind, field, expr string, validation int, d plugincel.OptionalVariableDeclarations) error {
-		c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
-		if err != nil {
-			return err
-		}
-		c.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
 		eval := c.CompileCondition([]plugincel.ExpressionAccessor{plainExpression(expr)}, d, environment.StoredExpressions)
 		out = append(out, &Expression{Field: field, Kind: kind, Validation: validation, eval: eval})
 		return nil
@@ -81,24 +83,47 @@ type Evaluation struct {
 	Err   error
 }
 
-// Evaluate runs e on a request with the full runtime budget and reports the
-// cost the API server would charge for it.
-func (e *Expression) Evaluate(ctx context.Context, r Request, params runtime.Object, ns *corev1.Namespace) Evaluation {
+// Input is one request prepared for evaluation, converted once.
+type Input struct {
+	versioned *admission.VersionedAttributes
+	request   *admissionv1.AdmissionRequest
+	params    runtime.Object
+	namespace *corev1.Namespace
+}
+
+// NewInput prepares a request, its params (nil when absent) and namespace.
+func NewInput(r Request, params runtime.Object, ns *corev1.Namespace) (*Input, error) {
 	attrs := admission.NewAttributesRecord(r.Object, r.OldObject, r.Kind, r.Namespace, r.Name, r.Resource,
 		r.SubResource, r.Operation, r.Options, r.DryRun, r.User)
 	versioned, err := admission.NewVersionedAttributes(attrs, r.Kind, objectInterfaces{})
 	if err != nil {
+		return nil, err
+	}
+	in := &Input{versioned: versioned, params: params, request: plugincel.CreateAdmissionRequest(attrs,
+		metav1.GroupVersionResource{Group: r.Resource.Group, Version: r.Resource.Version, Resource: r.Resource.Resource},
+		metav1.GroupVersionKind{Group: r.Kind.Group, Version: r.Kind.Version, Kind: r.Kind.Kind})}
+	if ns != nil {
+		in.namespace = plugincel.CreateNamespaceObject(ns)
+	}
+	return in, nil
+}
+
+// Evaluate runs e on a request with the full runtime budget and reports the
+// cost the API server would charge for it. To evaluate many expressions on
+// one request, prepare it once with NewInput and use EvaluateInput.
+func (e *Expression) Evaluate(ctx context.Context, r Request, params runtime.Object, ns *corev1.Namespace) Evaluation {
+	in, err := NewInput(r, params, ns)
+	if err != nil {
 		return Evaluation{Err: err}
 	}
-	req := plugincel.CreateAdmissionRequest(attrs,
-		metav1.GroupVersionResource{Group: r.Resource.Group, Version: r.Resource.Version, Resource: r.Resource.Resource},
-		metav1.GroupVersionKind{Group: r.Kind.Group, Version: r.Kind.Version, Kind: r.Kind.Kind})
-	var nsObj *corev1.Namespace
-	if ns != nil {
-		nsObj = plugincel.CreateNamespaceObject(ns)
-	}
+	return e.EvaluateInput(ctx, in)
+}
+
+// EvaluateInput runs e on a prepared input with the full runtime budget.
+func (e *Expression) EvaluateInput(ctx context.Context, in *Input) Evaluation {
 	budget := int64(celconfig.RuntimeCELCostBudget)
-	results, remaining, err := e.eval.ForInput(ctx, versioned, req, plugincel.OptionalVariableBindings{VersionedParams: params, Authorizer: allowAll{}}, nsObj, budget)
+	results, remaining, err := e.eval.ForInput(ctx, in.versioned, in.request,
+		plugincel.OptionalVariableBindings{VersionedParams: in.params, Authorizer: allowAll{}}, in.namespace, budget)
 	ev := Evaluation{Cost: budget - remaining, Err: err}
 	if err == nil && len(results) == 1 {
 		ev.Err = results[0].Error
