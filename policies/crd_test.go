@@ -1,0 +1,111 @@
+package policies_test
+
+import (
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+)
+
+const fenceConfigCRD = "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"
+
+// TestCRDsAreValid: the test CRDs (and the FenceConfig CRD) pass the API
+// server's CRD validation, so the end-to-end control plane accepts them.
+func TestCRDsAreValid(t *testing.T) {
+	paths, err := filepath.Glob("../config/crd/testdata/*_*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, fenceConfigCRD)
+	for _, crd := range loadCRDs(t, paths...) {
+		errs, err := vaptest.ValidateCRD(crd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range errs {
+			t.Errorf("%s: %v", crd.Name, e)
+		}
+	}
+}
+
+// TestFenceConfigsAreValid: every FenceConfig the tests run under, and the
+// shipped default, is one the API server would store; a case under an
+// impossible configuration would prove nothing.
+func TestFenceConfigsAreValid(t *testing.T) {
+	crd := loadCRDs(t, fenceConfigCRD)[0]
+	shipped, err := vaptest.LoadObjects("../config/vap/fenceconfig.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := defaultParams(t)
+	configs := map[string]*unstructured.Unstructured{
+		"config/vap/fenceconfig.yaml":        shipped[0],
+		"policies/testdata/fenceconfig.yaml": def,
+		"TestCELCost's largest config":       bigParams(def),
+	}
+	for _, dir := range policyDirs(t) {
+		cases, err := vaptest.LoadCases(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cases {
+			if c.Params.Spec != nil {
+				o := def.DeepCopy()
+				o.Object["spec"] = runtime.DeepCopyJSONValue(c.Params.Spec)
+				configs[c.File] = o
+			}
+		}
+	}
+	for name, o := range configs {
+		errs, err := vaptest.ValidateObject(crd, o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range errs {
+			t.Errorf("%s: %v", name, e)
+		}
+	}
+}
+
+// TestFenceConfigValidationRefuses shows the check above can fail: the
+// schema's patterns and its CEL rule are both applied.
+func TestFenceConfigValidationRefuses(t *testing.T) {
+	crd := loadCRDs(t, fenceConfigCRD)[0]
+	tests := []struct {
+		name string
+		spec map[string]any
+		want []string
+	}{
+		{"a host listed as break-glass user", map[string]any{
+			"hosts":      []any{map[string]any{"username": "h", "namespaces": []any{"a"}}},
+			"breakGlass": map[string]any{"users": []any{"h"}},
+		}, []string{"spec.breakGlass.users"}},
+		{"a namespace that is not a DNS label and a host without namespaces", map[string]any{
+			"hosts": []any{map[string]any{"username": "h", "namespaces": []any{"Bad_NS"}}, map[string]any{"username": "g"}},
+		}, []string{"spec.hosts[0].namespaces[0]", "spec.hosts[1].namespaces"}},
+		{"a label key that is not a qualified name", map[string]any{"perSandboxLabelKey": "a b"}, []string{"spec.perSandboxLabelKey"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := defaultParams(t)
+			o.Object["spec"] = tt.spec
+			errs, err := vaptest.ValidateObject(crd, o.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range errs {
+				got = append(got, e.Field)
+			}
+			sort.Strings(got)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("refused fields (-want +got):\n%s\n%v", diff, errs)
+			}
+		})
+	}
+}
