@@ -34,7 +34,7 @@ func TestWebhookOutageRefusesOnlyWhatIsRoutedToIt(t *testing.T) {
 	requireWebhook(t)
 	requirePolicy(t, framework.PolicyCiliumEgress)
 	if env.WebhookProcess == nil {
-		t.Skipf("the %s provider does not run the webhook as a process this suite can stop (a Deployment: the node suite's rolling restart and eviction cases cover it there)", env.Provider)
+		t.Skipf("the %s provider gives the suite no handle on the webhook process (Env.WebhookProcess is nil): outage case not run; in-cluster restarts and evictions are the node suite's cases", env.Provider)
 	}
 	ctx := testContext(t)
 	hostNS := env.HostNamespace
