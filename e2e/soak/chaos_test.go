@@ -1,0 +1,145 @@
+//go:build soak
+
+package soak
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// outages is the chaos schedule: the webhook is stopped for each duration,
+// then restarted and left up until a host write is admitted again.
+var outages = []time.Duration{3 * time.Second, 2 * time.Second, 4 * time.Second, 3 * time.Second, 30 * time.Second, 2 * time.Second, 3 * time.Second}
+
+// upTime is how long the webhook stays up after a host write was admitted
+// again, before the next stop.
+const upTime = 4 * time.Second
+
+// Scenario 2 (issue 7): the webhook is stopped and restarted under load. The
+// webhook configuration fails closed (failurePolicy Fail) but is scoped to
+// ServiceAccount CiliumNetworkPolicy writes in opted-in namespaces, so an
+// outage must refuse exactly those, with a clear message, and nothing else.
+func TestWebhookChaos(t *testing.T) {
+	const sc = "2 webhook chaos"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	hp := newHostPolicy(ctx, t)
+	load := startLoad(ctx, 40*time.Millisecond, map[string][]func(context.Context) error{
+		"valid":     {hp.writeValid, hp.writeValid},
+		"invalid":   {hp.writeInvalid},
+		"unrelated": unrelatedWriters(ctx, t),
+	})
+	start := time.Now()
+	var readyToAdmit, startToReady []time.Duration
+	var down time.Duration
+	for i, outage := range outages {
+		p := component(t, "webhook")
+		stopAt := time.Now()
+		p.Stop(10 * time.Second)
+		select {
+		case <-time.After(outage): // the outage itself, not a wait for a condition
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		np := restart(t, p)
+		startedAt := time.Now()
+		readyAt, err := webhookReady(ctx, np, time.Minute)
+		if err != nil {
+			load.finish()
+			t.Fatalf("restart %d: %v", i+1, err)
+		}
+		down += readyAt.Sub(stopAt)
+		startToReady = append(startToReady, readyAt.Sub(startedAt))
+		admitAt, err := load.admittedSince(ctx, startedAt, time.Minute)
+		if err != nil {
+			load.finish()
+			t.Fatalf("after restart %d the host was never admitted again: %v", i+1, err)
+		}
+		readyToAdmit = append(readyToAdmit, admitAt.Sub(readyAt))
+		select {
+		case <-time.After(upTime): // the webhook's up period in the schedule
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		logf("chaos: outage %d (%s) over; ready %s after start, first admitted write %s after ready",
+			i+1, outage, readyAt.Sub(startedAt).Round(time.Millisecond), admitAt.Sub(readyAt).Round(time.Millisecond))
+	}
+	// Steady state before stopping the load: the last restart is healthy.
+	if _, err := load.admittedSince(ctx, time.Now(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := load.finish()
+	elapsed := time.Since(start)
+
+	var validOK, validOutage, validByVerdict, validOther, invalidAdmitted, invalidVerdict, invalidOutage, invalidOther, unrelated, unrelatedFailed int64
+	var outageExample, verdictExample string
+	for _, o := range outcomes {
+		switch o.kind {
+		case "valid":
+			switch {
+			case o.err == nil:
+				validOK++
+			case callFailed(o.err):
+				validOutage++
+				if outageExample == "" {
+					outageExample = o.err.Error()
+				}
+			case webhookRefusal(o.err):
+				// Reported, not asserted: a finding for the webhook (see
+				// RELIABILITY.md). It fails closed, but with a 422 a host
+				// reads as final instead of a retryable error.
+				validByVerdict++
+				if verdictExample == "" {
+					verdictExample = o.err.Error()
+				}
+			default:
+				validOther++
+				t.Errorf("a valid host write failed unexpectedly: %v", o.err)
+			}
+		case "invalid":
+			switch {
+			case o.err == nil:
+				invalidAdmitted++
+			case webhookRefusal(o.err):
+				invalidVerdict++
+			case callFailed(o.err):
+				invalidOutage++
+			default:
+				invalidOther++
+				t.Errorf("an invented-owner write was refused by something else than the webhook: %v", o.err)
+			}
+		case "unrelated":
+			unrelated++
+			if o.err != nil {
+				unrelatedFailed++
+				t.Errorf("an unrelated write failed: %v", o.err)
+			}
+		}
+	}
+	figures.note(sc, "schedule", "%d restarts, outages %v, %s in all", len(outages), outages, elapsed.Round(time.Second))
+	figures.note(sc, "webhook unavailable (stop to ready)", "%s in all", down.Round(100*time.Millisecond))
+	figures.note(sc, "unrelated writes (operator CNP, host Sandbox, admin ConfigMap)", "%d", unrelated)
+	figures.count(t, sc, "unrelated writes failed", unrelatedFailed, true)
+	figures.note(sc, "valid host CNP writes", "%d: %d admitted, %d refused during outage", validOK+validOutage+validByVerdict+validOther, validOK, validOutage)
+	figures.note(sc, "valid host writes refused by the webhook itself (422) around a stop", "%d", validByVerdict)
+	if verdictExample != "" {
+		figures.note(sc, "message of such a refusal", "`%s`", clip(verdictExample, 260))
+	}
+	figures.count(t, sc, "valid host writes failed otherwise", validOther, true)
+	figures.note(sc, "host writes with an invented owner", "%d: %d refused by the webhook, %d refused during outage", invalidAdmitted+invalidVerdict+invalidOutage+invalidOther, invalidVerdict, invalidOutage)
+	figures.count(t, sc, "host writes wrongly admitted", invalidAdmitted, true)
+	figures.note(sc, "message of a refusal during outage", "`%s`", clip(outageExample, 260))
+	figures.note(sc, "webhook start to ready", "%s", durations(startToReady))
+	figures.note(sc, "webhook ready to first admitted write", "%s", durations(readyToAdmit))
+	if validOutage == 0 {
+		t.Errorf("no host write was refused during an outage: the outages were not exercised")
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,89 @@
+//go:build soak
+
+// Package soak is the reliability run of issue 7 (`make soak`): the fence
+// under load, faults and hostile input on the local control plane, each
+// scenario ending in figures. A figure marked "must be 0" fails the run when
+// it is not; the table of every figure is printed at the end and written to
+// $SOAK_FIGURES (RELIABILITY.md quotes it). Loopback only, bounded in time:
+// every scenario stops by itself.
+package soak
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
+)
+
+// local is the control plane every scenario runs on: the soak stops and
+// restarts its processes, so it needs the local provider's handles, not only
+// an Env.
+var (
+	local *provider.Local
+	env   *framework.Env
+)
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "soak %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if p := os.Getenv(provider.EnvProvider); p != "" && p != "local" {
+		// Stopping the webhook and kube-apiserver needs their processes.
+		logf("%s=%s: the soak runs only on the local control plane (it stops and restarts its processes)", provider.EnvProvider, p)
+		return 2
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	state, err := os.MkdirTemp("", "sandbox-fence-soak-")
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	local = &provider.Local{RepoRoot: root, BinDir: filepath.Join(root, "bin"), StateDir: state,
+		RemoveState: os.Getenv(provider.EnvKeepState) == "", Logf: logf}
+	ctx := context.Background()
+	start := time.Now()
+	artifacts := os.Getenv("E2E_ARTIFACTS")
+	env, err = local.Setup(ctx)
+	if err != nil {
+		logf("local provider setup failed: %v", err)
+		_ = local.Teardown(ctx, true, artifacts)
+		return 1
+	}
+	if !env.WebhookInstalled {
+		logf("the webhook is not running: the soak needs it")
+		_ = local.Teardown(ctx, true, artifacts)
+		return 1
+	}
+	code := m.Run()
+	table := figures.render(time.Since(start))
+	fmt.Fprint(os.Stdout, "\n"+table)
+	if out := os.Getenv("SOAK_FIGURES"); out != "" {
+		if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+			logf("write %s: %v", out, err)
+			code = 1
+		} else {
+			logf("figures written to %s", out)
+		}
+	}
+	if err := local.Teardown(ctx, code != 0, artifacts); err != nil {
+		logf("teardown: %v", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}

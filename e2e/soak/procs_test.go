@@ -1,0 +1,204 @@
+//go:build soak
+
+package soak
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+)
+
+// component returns the newest process of that name the control plane
+// tracks (a restarted one is tracked again, so the newest is the live one).
+func component(t *testing.T, name string) *cluster.Process {
+	t.Helper()
+	ps := local.CP.Processes()
+	for i := len(ps) - 1; i >= 0; i-- {
+		if ps[i].Name == name {
+			return ps[i]
+		}
+	}
+	t.Fatalf("no %s process in the local control plane", name)
+	return nil
+}
+
+// flagValue reads --name=value from a component's command line.
+func flagValue(p *cluster.Process, name string) string {
+	for _, a := range p.Args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// binaryOf is where the local provider put a component's binary: the
+// webhook is built into the state directory, the control plane is in bin/.
+func binaryOf(name string) string {
+	if name == "webhook" {
+		return filepath.Join(local.StateDir, "bin", "webhook")
+	}
+	return filepath.Join(local.BinDir, name)
+}
+
+// restart starts a stopped component again with the same command line and
+// log file, tracked by the control plane so teardown ends it.
+func restart(t *testing.T, old *cluster.Process) *cluster.Process {
+	t.Helper()
+	if exited, _ := old.Exited(); !exited {
+		t.Fatalf("restart %s: pid %d is still running", old.Name, old.Pid)
+	}
+	p, err := cluster.StartProcess(old.Name, binaryOf(old.Name), old.Args, old.LogPath, false)
+	if err != nil {
+		t.Fatalf("restart %s: %v", old.Name, err)
+	}
+	local.CP.Track(p)
+	return p
+}
+
+// webhookReady polls the webhook's /readyz (listener up AND informers
+// synced) until it answers 200, and returns when that was first seen.
+func webhookReady(ctx context.Context, p *cluster.Process, timeout time.Duration) (time.Time, error) {
+	url := "http://" + flagValue(p, "health-probe-bind-address") + "/readyz"
+	hc := &http.Client{Timeout: time.Second}
+	var at time.Time
+	err := framework.Eventually(ctx, timeout, 20*time.Millisecond, "webhook /readyz", func(ctx context.Context) (bool, string, error) {
+		if exited, err := p.Exited(); exited {
+			return false, "", fmt.Errorf("webhook exited (%v):\n%s", err, p.Tail(20))
+		}
+		resp, err := hc.Get(url)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, resp.Status, nil
+		}
+		at = time.Now()
+		return true, "", nil
+	})
+	return at, err
+}
+
+// apiserverReady polls kube-apiserver /readyz as the admin.
+func apiserverReady(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	var at time.Time
+	err := framework.Eventually(ctx, timeout, 50*time.Millisecond, "kube-apiserver /readyz", func(ctx context.Context) (bool, string, error) {
+		body, err := env.Admin.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			return false, err.Error() + " " + string(body), nil
+		}
+		at = time.Now()
+		return true, "", nil
+	})
+	return at, err
+}
+
+// webhookURL is the base URL of the running webhook's TLS listener.
+func webhookURL(p *cluster.Process) string {
+	return "https://127.0.0.1:" + flagValue(p, "port")
+}
+
+// caBundle returns the CA the API server trusts for the webhook (the
+// ValidatingWebhookConfiguration's caBundle), as a pool.
+func caBundle(ctx context.Context, t *testing.T) (*x509.CertPool, []byte) {
+	t.Helper()
+	vwc, err := env.Admin.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, framework.WebhookConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("read the webhook configuration: %v", err)
+	}
+	pem := vwc.Webhooks[0].ClientConfig.CABundle
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("caBundle of %s holds no certificate", framework.WebhookConfigName)
+	}
+	return pool, pem
+}
+
+// webhookClient is an HTTPS client that trusts what the API server trusts.
+func webhookClient(ctx context.Context, t *testing.T, timeout time.Duration) *http.Client {
+	pool, _ := caBundle(ctx, t)
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+}
+
+// servedSerial is the serial number of the certificate the webhook presents
+// right now (not verified: a caller compares it with what it wrote).
+func servedSerial(p *cluster.Process) (string, error) {
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(webhookURL(p), "https://"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the served certificate, trusts nothing
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	certs := conn.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return "", fmt.Errorf("no certificate served")
+	}
+	return certs[0].SerialNumber.String(), nil
+}
+
+// peakRSS reads VmHWM (the resident set's high-water mark) of pid, in KiB.
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kib int64
+			_, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib)
+			return kib, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// metric scrapes the webhook's metrics endpoint and sums the samples of
+// name whose label set contains every one of labels (`k="v"`).
+func metric(t *testing.T, p *cluster.Process, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + flagValue(p, "metrics-bind-address") + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape webhook metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var sum float64
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, name) {
+			continue
+		}
+		match := true
+		for _, want := range labels {
+			match = match && strings.Contains(l, want)
+		}
+		if !match {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscanf(l[strings.LastIndexByte(l, ' ')+1:], "%g", &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+var (
+	metav1GetOptions   = metav1.GetOptions{}
+	metav1PatchOptions = metav1.PatchOptions{}
+)
