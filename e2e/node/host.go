@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,13 +60,15 @@ const (
 )
 
 const (
-	cgroupFS       = "/sys/fs/cgroup"
-	ipForward      = "/proc/sys/net/ipv4/ip_forward"
-	libcniResults  = "/var/lib/cni/results"
-	containerLogs  = "/var/log/containers"
-	shimSocketDir  = "/run/containerd/s"
-	manifestName   = "host.json"
-	commandTimeout = 30 * time.Second
+	cgroupFS      = "/sys/fs/cgroup"
+	ipForward     = "/proc/sys/net/ipv4/ip_forward"
+	libcniResults = "/var/lib/cni/results"
+	containerLogs = "/var/log/containers"
+	shimSocketDir = "/run/containerd/s"
+	// The kubelet's device plugin socket ignores --root-dir.
+	kubeletDevicePlugins = "/var/lib/kubelet/device-plugins"
+	manifestName         = "host.json"
+	commandTimeout       = 30 * time.Second
 )
 
 // Manifest records what Prepare found and changed on the host, in the state
@@ -170,7 +173,7 @@ func Prepare(stateDir, binDir string) (*Manifest, error) {
 		return nil, err
 	}
 	m := &Manifest{StateDir: stateDir, BinDir: binDir, IPForward: strings.TrimSpace(string(fwd))}
-	for _, d := range []string{libcniResults, containerLogs, shimSocketDir, "/var/lib/cni", "/run/containerd"} {
+	for _, d := range []string{libcniResults, containerLogs, shimSocketDir, "/var/lib/cni", "/run/containerd", kubeletDevicePlugins, "/var/lib/kubelet"} {
 		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
 			m.Created = append(m.Created, d)
 		}
@@ -314,10 +317,16 @@ func Cleanup(stateDir string, logf func(string, ...any)) error {
 		}
 	}
 
-	// Files the components write outside the state directory.
-	if matches, _ := filepath.Glob(filepath.Join(libcniResults, CNINetwork+"-*")); len(matches) > 0 {
-		for _, f := range matches {
-			note(os.Remove(f))
+	// Files the components write outside the state directory: libcni's
+	// result cache (our bridge and containerd's loopback network; a killed
+	// pod never gets the CNI DEL that would remove them) and the kubelet's
+	// device plugin socket when the run created its directory.
+	for _, f := range ownCNIResults(stateDir) {
+		note(os.Remove(f))
+	}
+	if slices.Contains(m.Created, kubeletDevicePlugins) {
+		if err := os.Remove(filepath.Join(kubeletDevicePlugins, "kubelet.sock")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			note(err)
 		}
 	}
 	if entries, err := os.ReadDir(containerLogs); err == nil {
@@ -344,6 +353,23 @@ func Cleanup(stateDir string, logf func(string, ...any)) error {
 		logf("node cleanup: nothing of a node run is left (state %s)", stateDir)
 	}
 	return errors.Join(errs...)
+}
+
+// ownCNIResults lists libcni's cached results for our pods: each names the
+// pod's network namespace, which lives under our state directory.
+func ownCNIResults(stateDir string) []string {
+	entries, err := os.ReadDir(libcniResults)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		p := filepath.Join(libcniResults, e.Name())
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(stateDir+"/")) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func isNotEmpty(err error) bool {
@@ -735,8 +761,15 @@ func Check(stateDir string) []string {
 			left = append(left, fmt.Sprintf("net.ipv4.ip_forward is %s, was %s", strings.TrimSpace(string(cur)), m.IPForward))
 		}
 	}
-	if matches, _ := filepath.Glob(filepath.Join(libcniResults, CNINetwork+"-*")); len(matches) > 0 {
-		left = append(left, fmt.Sprintf("libcni cache entries %v", matches))
+	if own := ownCNIResults(stateDir); len(own) > 0 {
+		left = append(left, fmt.Sprintf("libcni cache entries %v", own))
+	}
+	if m, err := readManifest(stateDir); err == nil {
+		for _, d := range m.Created {
+			if fileExists(d) {
+				left = append(left, "directory "+d+" (created by the run)")
+			}
+		}
 	}
 	if entries, err := os.ReadDir(containerLogs); err == nil {
 		for _, e := range entries {
