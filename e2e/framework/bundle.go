@@ -177,52 +177,23 @@ func (e *Env) InstallCRDs(ctx context.Context, crds []*unstructured.Unstructured
 	return e.WaitCRDsEstablished(ctx, names)
 }
 
-// Bundle is the rendered product: what `config/default` installs.
+// Bundle is the rendered product: what `kubectl apply -k config/default`
+// installs.
 type Bundle struct {
 	Objects []*unstructured.Unstructured
-	// Missing lists the parts not found in the tree (written in parallel);
-	// the suite installs what exists and says what it skipped.
-	Missing []string
 }
 
-// RenderBundle renders config/default; while it does not exist yet, it
-// renders config/vap and config/webhook on their own.
+// RenderBundle renders config/default with the built kubectl, exactly as an
+// admin's `kubectl apply -k config/default` would see it.
 func RenderBundle(ctx context.Context, kubectl, repoRoot string, logf Logf) (*Bundle, error) {
-	b := &Bundle{}
-	hasKustomization := func(dir string) bool {
-		_, err := os.Stat(filepath.Join(repoRoot, "config", dir, "kustomization.yaml"))
-		return err == nil
+	objs, err := Kustomize(ctx, kubectl, filepath.Join(repoRoot, "config", "default"))
+	if err != nil {
+		return nil, err
 	}
-	dirs := []string{"default"}
-	if !hasKustomization("default") {
-		logf("!!! config/default has no kustomization.yaml yet: installing config/vap and config/webhook separately")
-		b.Missing = append(b.Missing, "config/default")
-		dirs = []string{"vap", "webhook"}
-	}
-	for _, d := range dirs {
-		if !hasKustomization(d) {
-			logf("!!! config/%s has no kustomization.yaml yet: NOT INSTALLED", d)
-			b.Missing = append(b.Missing, "config/"+d)
-			continue
-		}
-		objs, err := Kustomize(ctx, kubectl, filepath.Join(repoRoot, "config", d))
-		if err != nil {
-			return nil, err
-		}
-		b.Objects = append(b.Objects, objs...)
-	}
-	// Until config/default includes the webhook, install config/webhook next
-	// to it so the webhook path is tested with the shipped configuration.
-	if dirs[0] == "default" && !b.has("ValidatingWebhookConfiguration") && hasKustomization("webhook") {
-		logf("!!! config/default does not include config/webhook yet: installing config/webhook next to it")
-		objs, err := Kustomize(ctx, kubectl, filepath.Join(repoRoot, "config", "webhook"))
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range objs {
-			if !b.hasObject(o) {
-				b.Objects = append(b.Objects, o)
-			}
+	b := &Bundle{Objects: objs}
+	for _, kind := range []string{"CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingWebhookConfiguration"} {
+		if !b.has(kind) {
+			return nil, fmt.Errorf("config/default renders no %s: the bundle is incomplete", kind)
 		}
 	}
 	return b, nil
@@ -231,15 +202,6 @@ func RenderBundle(ctx context.Context, kubectl, repoRoot string, logf Logf) (*Bu
 func (b *Bundle) has(kind string) bool {
 	for _, o := range b.Objects {
 		if o.GetKind() == kind {
-			return true
-		}
-	}
-	return false
-}
-
-func (b *Bundle) hasObject(obj *unstructured.Unstructured) bool {
-	for _, o := range b.Objects {
-		if o.GetKind() == obj.GetKind() && o.GetNamespace() == obj.GetNamespace() && o.GetName() == obj.GetName() {
 			return true
 		}
 	}
