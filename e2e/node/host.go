@@ -61,7 +61,7 @@ const (
 
 const (
 	cgroupFS      = "/sys/fs/cgroup"
-	ipForward     = "/proc/sys/net/ipv4/ip_forward"
+	sysctlDir     = "/proc/sys"
 	libcniResults = "/var/lib/cni/results"
 	containerLogs = "/var/log/containers"
 	shimSocketDir = "/run/containerd/s"
@@ -76,9 +76,10 @@ const (
 type Manifest struct {
 	StateDir string `json:"stateDir"`
 	BinDir   string `json:"binDir"`
-	// IPForward is the value of net.ipv4.ip_forward before the run (the
-	// bridge plugin turns it on).
-	IPForward string `json:"ipForward"`
+	// Sysctls are the values before the run of the kernel settings the
+	// node's components change (RestoredSysctls), keyed by path under
+	// /proc/sys.
+	Sysctls map[string]string `json:"sysctls"`
 	// Created lists host directories that did not exist before the run and
 	// that the node's components create outside the state directory.
 	Created []string `json:"created,omitempty"`
@@ -168,11 +169,14 @@ const CNIBinDir = "/usr/lib/cni"
 // needs: the dummy link with the advertise address, the unreachable route
 // for the service range, the pod traffic guard chain and the cgroup root.
 func Prepare(stateDir, binDir string) (*Manifest, error) {
-	fwd, err := os.ReadFile(ipForward)
-	if err != nil {
-		return nil, err
+	m := &Manifest{StateDir: stateDir, BinDir: binDir, Sysctls: map[string]string{}}
+	for _, k := range RestoredSysctls {
+		v, err := os.ReadFile(filepath.Join(sysctlDir, k))
+		if err != nil {
+			return nil, err
+		}
+		m.Sysctls[k] = strings.TrimSpace(string(v))
 	}
-	m := &Manifest{StateDir: stateDir, BinDir: binDir, IPForward: strings.TrimSpace(string(fwd))}
 	for _, d := range []string{libcniResults, containerLogs, shimSocketDir, "/var/lib/cni", "/run/containerd", kubeletDevicePlugins, "/var/lib/kubelet"} {
 		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
 			m.Created = append(m.Created, d)
@@ -311,10 +315,8 @@ func Cleanup(stateDir string, logf func(string, ...any)) error {
 	// cgroups, deepest first, once their tasks are gone.
 	note(removeCgroupRoot())
 
-	if m.IPForward != "" {
-		if cur, err := os.ReadFile(ipForward); err == nil && strings.TrimSpace(string(cur)) != m.IPForward {
-			note(os.WriteFile(ipForward, []byte(m.IPForward), 0o644))
-		}
+	for _, d := range changedSysctls(m) {
+		note(os.WriteFile(filepath.Join(sysctlDir, d.key), []byte(d.was), 0o644))
 	}
 
 	// Files the components write outside the state directory: libcni's
@@ -353,6 +355,37 @@ func Cleanup(stateDir string, logf func(string, ...any)) error {
 		logf("node cleanup: nothing of a node run is left (state %s)", stateDir)
 	}
 	return errors.Join(errs...)
+}
+
+// RestoredSysctls are the kernel settings a node run changes: the bridge
+// plugin turns on IP forwarding, and the kubelet (protectKernelDefaults
+// false) sets its "kernel tunables" — among them kernel.panic=10 and
+// kernel.panic_on_oops=1, which must not outlive the run on a shared VM.
+var RestoredSysctls = []string{
+	"net/ipv4/ip_forward",
+	"vm/overcommit_memory",
+	"vm/panic_on_oom",
+	"kernel/panic",
+	"kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys",
+	"kernel/keys/root_maxbytes",
+}
+
+type sysctlDiff struct{ key, was, now string }
+
+func changedSysctls(m *Manifest) []sysctlDiff {
+	var out []sysctlDiff
+	for _, k := range RestoredSysctls {
+		was, ok := m.Sysctls[k]
+		if !ok {
+			continue
+		}
+		cur, err := os.ReadFile(filepath.Join(sysctlDir, k))
+		if err == nil && strings.TrimSpace(string(cur)) != was {
+			out = append(out, sysctlDiff{key: k, was: was, now: strings.TrimSpace(string(cur))})
+		}
+	}
+	return out
 }
 
 // ownCNIResults lists libcni's cached results for our pods: each names the
@@ -756,9 +789,9 @@ func Check(stateDir string) []string {
 			}
 		}
 	}
-	if m, err := readManifest(stateDir); err == nil && m.IPForward != "" {
-		if cur, err := os.ReadFile(ipForward); err == nil && strings.TrimSpace(string(cur)) != m.IPForward {
-			left = append(left, fmt.Sprintf("net.ipv4.ip_forward is %s, was %s", strings.TrimSpace(string(cur)), m.IPForward))
+	if m, err := readManifest(stateDir); err == nil {
+		for _, d := range changedSysctls(m) {
+			left = append(left, fmt.Sprintf("sysctl %s is %s, was %s", strings.ReplaceAll(d.key, "/", "."), d.now, d.was))
 		}
 	}
 	if own := ownCNIResults(stateDir); len(own) > 0 {

@@ -56,7 +56,7 @@ func main() {
 			}
 			os.Exit(1)
 		}
-		logf("check: clean (processes, cgroups, mounts, links, addresses, routes, iptables, ip_forward, libcni cache, container log links, host directories)")
+		logf("check: clean (processes, cgroups, mounts, links, addresses, routes, iptables, sysctls, libcni cache, container log links, host directories)")
 	case "up":
 		bin := filepath.Join(root, "bin")
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
