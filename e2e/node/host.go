@@ -141,7 +141,7 @@ func Requirements(binDir string) error {
 	if os.Geteuid() != 0 {
 		errs = append(errs, errors.New("the node provider runs a kubelet and containerd: run as root"))
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "conntrack", "ip"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "iptables-save", "ip6tables", "ip6tables-save", "conntrack", "ip"} {
 		if _, err := exec.LookPath(b); err != nil {
 			errs = append(errs, fmt.Errorf("%s not on PATH: run hack/node/setup.sh (apt-get install containerd runc containernetworking-plugins iptables conntrack)", b))
 		}
@@ -631,7 +631,7 @@ func bridgePorts() []string {
 func cleanIptables(binDir string) error {
 	var errs []error
 	if binDir != "" {
-		if kp := filepath.Join(binDir, "kube-proxy"); fileExists(kp) && iptablesMentions("KUBE-") {
+		if kp := filepath.Join(binDir, "kube-proxy"); fileExists(kp) && (iptablesMentions("iptables", "KUBE-") || iptablesMentions("ip6tables", "KUBE-")) {
 			if _, err := run(kp, "--cleanup", "--v=0"); err != nil {
 				errs = append(errs, err)
 			}
@@ -656,11 +656,14 @@ func cleanIptables(binDir string) error {
 			}
 		}
 	}
-	// The kubelet's own canary and firewall chains.
-	for _, table := range []string{"filter", "nat", "mangle"} {
-		for _, chain := range iptablesChains(table) {
-			if strings.HasPrefix(chain, "KUBE-") {
-				deleteChain(table, chain)
+	// The kubelet's own canary, hint and firewall chains, IPv4 and IPv6
+	// (kube-proxy --cleanup leaves the kubelet's alone).
+	for _, ipt := range []string{"iptables", "ip6tables"} {
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			for _, chain := range iptablesChains(ipt, table) {
+				if strings.HasPrefix(chain, "KUBE-") {
+					deleteChain(ipt, table, chain)
+				}
 			}
 		}
 	}
@@ -669,14 +672,15 @@ func cleanIptables(binDir string) error {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-func iptablesMentions(s string) bool {
-	out, err := run("iptables-save")
+func iptablesMentions(ipt, s string) bool {
+	out, err := run(ipt + "-save")
 	return err == nil && strings.Contains(out, s)
 }
 
-// iptablesChains lists the user chains of a table.
-func iptablesChains(table string) []string {
-	out, err := run("iptables-save", "-t", table)
+// iptablesChains lists the user chains of a table; ipt is iptables or
+// ip6tables.
+func iptablesChains(ipt, table string) []string {
+	out, err := run(ipt+"-save", "-t", table)
 	if err != nil {
 		return nil
 	}
@@ -695,19 +699,19 @@ func iptablesChains(table string) []string {
 }
 
 // deleteChain removes every jump to chain in table, then the chain.
-func deleteChain(table, chain string) {
-	out, err := run("iptables-save", "-t", table)
+func deleteChain(ipt, table, chain string) {
+	out, err := run(ipt+"-save", "-t", table)
 	if err != nil {
 		return
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, "-A ") && strings.Contains(line, " -j "+chain) {
 			args := append([]string{"-w", "-t", table, "-D"}, splitRule(line[3:])...)
-			_, _ = run("iptables", args...)
+			_, _ = run(ipt, args...)
 		}
 	}
-	_, _ = run("iptables", "-w", "-t", table, "-F", chain)
-	_, _ = run("iptables", "-w", "-t", table, "-X", chain)
+	_, _ = run(ipt, "-w", "-t", table, "-F", chain)
+	_, _ = run(ipt, "-w", "-t", table, "-X", chain)
 }
 
 // splitRule splits an iptables-save rule into arguments, keeping quoted
@@ -782,10 +786,12 @@ func Check(stateDir string) []string {
 	if out, _ := run("ip", "route", "show", "table", "all"); strings.Contains(out, ServiceCIDR) || strings.Contains(out, PodCIDR) {
 		left = append(left, "routes for "+ServiceCIDR+" or "+PodCIDR)
 	}
-	if out, err := run("iptables-save"); err == nil {
-		for _, s := range []string{GuardChain, "KUBE-", "CNI-", BridgeLink, "10.244.0."} {
-			if strings.Contains(out, s) {
-				left = append(left, "iptables rules or chains mentioning "+s)
+	for _, ipt := range []string{"iptables", "ip6tables"} {
+		if out, err := run(ipt + "-save"); err == nil {
+			for _, s := range []string{GuardChain, "KUBE-", "CNI-", BridgeLink, "10.244.0."} {
+				if strings.Contains(out, s) {
+					left = append(left, ipt+" rules or chains mentioning "+s)
+				}
 			}
 		}
 	}
