@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,20 +161,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 		return err
 	}
 	l.CP.Track(p)
-	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
-	hc := &http.Client{Timeout: 2 * time.Second}
-	err = framework.Eventually(ctx, 2*time.Minute, 200*time.Millisecond, "webhook ready", func(ctx context.Context) (bool, string, error) {
-		if exited, werr := p.Exited(); exited {
-			return false, "", fmt.Errorf("webhook exited (%v); log ends with:\n%s", werr, p.Tail(30))
-		}
-		resp, err := hc.Get(readyz)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
-	})
-	if err != nil {
+	if err := waitWebhookReady(ctx, p, "127.0.0.1:"+strconv.Itoa(ports[2]), "webhook ready"); err != nil {
 		return fmt.Errorf("%w; log ends with:\n%s", err, p.Tail(30))
 	}
 	base := "https://127.0.0.1:" + strconv.Itoa(ports[0])

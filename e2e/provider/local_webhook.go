@@ -67,20 +67,7 @@ func (w localWebhook) Start(ctx context.Context) error {
 	if probe == "" {
 		return fmt.Errorf("webhook command line has no --health-probe-bind-address to poll")
 	}
-	readyz := "http://" + probe + "/readyz"
-	hc := &http.Client{Timeout: 2 * time.Second}
-	err = framework.Eventually(ctx, 2*time.Minute, 100*time.Millisecond, "restarted webhook ready", func(ctx context.Context) (bool, string, error) {
-		if exited, werr := p.Exited(); exited {
-			return false, "", fmt.Errorf("webhook exited (%v); log ends with:\n%s", werr, p.Tail(30))
-		}
-		resp, err := hc.Get(readyz)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
-	})
-	if err != nil {
+	if err := waitWebhookReady(ctx, p, probe, "restarted webhook ready"); err != nil {
 		return err
 	}
 	w.l.Logf("local: webhook restarted as pid %d", p.Pid)
@@ -94,4 +81,23 @@ func argValue(args []string, flag string) string {
 		}
 	}
 	return ""
+}
+
+// waitWebhookReady polls the webhook's /readyz on probeAddr (host:port) until
+// it answers 200, which the webhook gives only once its TLS listener serves
+// and its caches have synced; it gives up early when the process exits.
+func waitWebhookReady(ctx context.Context, p *cluster.Process, probeAddr, what string) error {
+	readyz := "http://" + probeAddr + "/readyz"
+	hc := &http.Client{Timeout: 2 * time.Second}
+	return framework.Eventually(ctx, 2*time.Minute, 100*time.Millisecond, what, func(ctx context.Context) (bool, string, error) {
+		if exited, werr := p.Exited(); exited {
+			return false, "", fmt.Errorf("webhook exited (%v); log ends with:\n%s", werr, p.Tail(30))
+		}
+		resp, err := hc.Get(readyz)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
 }
