@@ -19,6 +19,7 @@ IMG ?= sandbox-fence/webhook:dev
 IMAGE_TAR := $(BIN)/webhook-image.tar
 KIND_CLUSTER ?= sandbox-fence
 E2E_TIMEOUT ?= 25m
+SOAK_TIMEOUT ?= 15m
 
 ##@ General
 
@@ -97,6 +98,13 @@ bench-micro: ## Hot-path micro benchmarks: handler, validators, patch builder, h
 	@echo "load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/fence/ ./internal/admit/ ./internal/webhook/ ./policies/
 	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)"
+
+##@ Reliability
+
+.PHONY: soak
+soak: tools ## Reliability run on a local control plane (about 7 min, bounded by 15): load, faults, hostile input; prints the figure table.
+	status=0; SOAK_FIGURES=$(BIN)/soak-figures.md $(GO) test -count=1 -v -tags soak -timeout $(SOAK_TIMEOUT) ./e2e/soak/ || status=$$?; \
+	  echo; cat $(BIN)/soak-figures.md 2>/dev/null || true; exit $$status
 
 ##@ Build
 

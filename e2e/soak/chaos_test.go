@@ -4,6 +4,7 @@ package soak
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -137,9 +138,12 @@ func TestWebhookChaos(t *testing.T) {
 	}
 }
 
+// clip shortens a message for the table and shows bidirectional controls
+// escaped, so a hostile value cannot reorder the rendered table.
 func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+	s = strings.NewReplacer("\u202e", `\u202e`, "\u202d", `\u202d`, "\n", " ", "|", `\|`).Replace(s)
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "..."
 	}
-	return s[:n] + "..."
+	return s
 }
