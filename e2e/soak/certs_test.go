@@ -217,6 +217,22 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	}
 	outcomes := load.finish()
 	elapsed := time.Since(start)
+	// Hand the next scenarios a certificate that outlives them: the last
+	// short-lived one expires 45 s from now, and a webhook restarted after
+	// that would serve it (the chaos scenario restarts it).
+	handBack, handBackKey, handBackSerial, err := issueShortLived(ca, time.Until(ca.Cert.NotAfter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vol.write(handBack, handBackKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, "long-lived certificate served", func(context.Context) (bool, string, error) {
+		got, err := servedSerial(p)
+		return err == nil && got == handBackSerial.String(), fmt.Sprintf("served %s (%v)", got, err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	var valid, validOK, invalid, invalidVerdict, failed int64
 	var example string
