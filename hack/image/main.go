@@ -1,9 +1,12 @@
-// Command image builds the webhook's OCI image without a container daemon:
-// a static binary of ./cmd/webhook on an empty base, written as a
-// docker-loadable tarball (`kind load image-archive`, `ctr images import`,
-// `docker load`).
+// Command image builds an OCI image without a container daemon: a static
+// binary of one Go package on an empty base, written as a docker-loadable
+// tarball (`kind load image-archive`, `ctr images import`, `docker load`).
+// It builds the webhook's image and, for the node e2e provider, the pause
+// image.
 //
 //	go run ./hack/image -tag sandbox-fence/webhook:dev -out bin/webhook-image.tar
+//	go run ./hack/image -pkg ./hack/node/pause -entrypoint /pause -user 65535:65535 \
+//	    -title pause -version 3.10 -tag registry.k8s.io/pause:3.10 -out bin/pause-image.tar
 //
 // The image has no shell, no libc and no /etc/passwd: the process runs as
 // the numeric user 65532:65532 (non-root), which Kubernetes' runAsNonRoot
@@ -30,26 +33,37 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-const (
-	binaryPath = "/webhook"
-	nonRoot    = "65532:65532"
-	source     = "https://github.com/sandbox-fence/sandbox-fence"
-)
+const source = "https://github.com/sandbox-fence/sandbox-fence"
+
+// spec is what the image says about its one binary.
+type spec struct {
+	Entrypoint string // absolute path of the binary in the image
+	User       string // numeric uid:gid, so runAsNonRoot can verify it without /etc/passwd
+	Arch       string // GOARCH of linux/<arch>
+	Labels     map[string]string
+}
+
+// webhook is the image the product ships: the binary at /webhook, run as the
+// non-root 65532:65532 that config/webhook's securityContext names.
+var webhook = spec{Entrypoint: "/webhook", User: "65532:65532", Arch: "amd64"}
 
 func main() {
 	tag := flag.String("tag", "sandbox-fence/webhook:dev", "Image reference written into the tarball.")
 	out := flag.String("out", "bin/webhook-image.tar", "Tarball to write.")
-	arch := flag.String("arch", "amd64", "Target architecture (GOARCH) of linux/<arch>.")
+	arch := flag.String("arch", webhook.Arch, "Target architecture (GOARCH) of linux/<arch>.")
 	pkg := flag.String("pkg", "./cmd/webhook", "Go package of the binary.")
 	version := flag.String("version", "", "Version label; defaults to `git describe --always --dirty`, else \"dev\".")
+	entrypoint := flag.String("entrypoint", webhook.Entrypoint, "Absolute path of the binary in the image, and the entrypoint.")
+	user := flag.String("user", webhook.User, "Numeric uid:gid the process runs as (non-root).")
+	title := flag.String("title", "sandbox-fence webhook", "org.opencontainers.image.title label.")
 	flag.Parse()
-	if err := run(context.Background(), *tag, *out, *arch, *pkg, *version); err != nil {
+	if err := run(context.Background(), *tag, *out, *pkg, *version, *title, spec{Entrypoint: *entrypoint, User: *user, Arch: *arch}); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, tag, out, arch, pkg, version string) error {
+func run(ctx context.Context, tag, out, pkg, version, title string, sp spec) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return fmt.Errorf("-tag %q: %w", tag, err)
@@ -65,19 +79,20 @@ func run(ctx context.Context, tag, out, arch, pkg, version string) error {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "webhook")
-	if err := buildBinary(ctx, pkg, arch, bin); err != nil {
+	if err := buildBinary(ctx, pkg, sp.Arch, bin); err != nil {
 		return err
 	}
 	b, err := os.ReadFile(bin)
 	if err != nil {
 		return err
 	}
-	img, err := newImage(b, arch, map[string]string{
+	sp.Labels = map[string]string{
 		"org.opencontainers.image.source":   source,
 		"org.opencontainers.image.version":  version,
 		"org.opencontainers.image.revision": revision,
-		"org.opencontainers.image.title":    "sandbox-fence webhook",
-	})
+		"org.opencontainers.image.title":    title,
+	}
+	img, err := newImage(b, sp)
 	if err != nil {
 		return err
 	}
@@ -91,7 +106,7 @@ func run(ctx context.Context, tag, out, arch, pkg, version string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s: %s linux/%s %s (%s)\n", out, ref, arch, digest, version)
+	fmt.Printf("wrote %s: %s linux/%s %s (%s)\n", out, ref, sp.Arch, digest, version)
 	return nil
 }
 
@@ -111,10 +126,13 @@ func buildBinary(ctx context.Context, pkg, arch, out string) error {
 // same binary always gives the same image digest.
 var epoch = time.Unix(0, 0).UTC()
 
-// newImage puts bin at /webhook (mode 0755, owned by root so the non-root
-// process cannot rewrite it) on an empty base.
-func newImage(bin []byte, arch string, labels map[string]string) (v1.Image, error) {
-	layerTar, err := layerTar(bin)
+// newImage puts bin at sp.Entrypoint (mode 0755, owned by root so the
+// non-root process cannot rewrite it) on an empty base.
+func newImage(bin []byte, sp spec) (v1.Image, error) {
+	if !strings.HasPrefix(sp.Entrypoint, "/") {
+		return nil, fmt.Errorf("-entrypoint %q: must be an absolute path", sp.Entrypoint)
+	}
+	layerTar, err := layerTar(sp.Entrypoint, bin)
 	if err != nil {
 		return nil, err
 	}
@@ -133,22 +151,22 @@ func newImage(bin []byte, arch string, labels map[string]string) (v1.Image, erro
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
+	cf.OS, cf.Architecture = "linux", sp.Arch
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config = v1.Config{
-		User:       nonRoot,
-		Entrypoint: []string{binaryPath},
+		User:       sp.User,
+		Entrypoint: []string{sp.Entrypoint},
 		WorkingDir: "/",
-		Labels:     labels,
+		Labels:     sp.Labels,
 	}
 	return mutate.ConfigFile(img, cf)
 }
 
-func layerTar(bin []byte) ([]byte, error) {
+func layerTar(path string, bin []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.WriteHeader(&tar.Header{
-		Name: strings.TrimPrefix(binaryPath, "/"), Typeflag: tar.TypeReg, Mode: 0o755,
+		Name: strings.TrimPrefix(path, "/"), Typeflag: tar.TypeReg, Mode: 0o755,
 		Size: int64(len(bin)), ModTime: epoch, Uid: 0, Gid: 0, Format: tar.FormatPAX,
 	}); err != nil {
 		return nil, err

@@ -33,7 +33,9 @@ type summary struct {
 func TestImageTarball(t *testing.T) {
 	bin := []byte("\x7fELF fake webhook binary")
 	labels := map[string]string{"org.opencontainers.image.source": source, "org.opencontainers.image.version": "v0.1.0"}
-	img, err := newImage(bin, "arm64", labels)
+	sp := webhook
+	sp.Arch, sp.Labels = "arm64", labels
+	img, err := newImage(bin, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestImageTarball(t *testing.T) {
 
 	// The same binary gives the same digest: nothing time- or host-dependent
 	// is baked in.
-	again, err := newImage(bin, "arm64", labels)
+	again, err := newImage(bin, sp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,5 +96,13 @@ func files(t *testing.T, img v1.Image) map[string]file {
 			t.Fatal(err)
 		}
 		out[h.Name] = file{Mode: h.Mode, Uid: h.Uid, Gid: h.Gid, Content: b.Bytes()}
+	}
+}
+
+func TestImageRefusesARelativeEntrypoint(t *testing.T) {
+	sp := webhook
+	sp.Entrypoint = "pause"
+	if _, err := newImage([]byte("bin"), sp); err == nil {
+		t.Fatal("newImage accepted the relative entrypoint \"pause\"; want an error")
 	}
 }

@@ -19,12 +19,9 @@ mkdir -p "$bin"
 
 # Pinned with hack/tools/build.sh: kubelet v1.37 is the last release that
 # still runs on containerd 1.6 (Debian 12's), as kubelet itself warns.
-k8s_version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$mod"/go.mod)
-if [[ -z $k8s_version ]]; then
-  echo "node: cannot read the k8s.io/kubernetes version from $mod/go.mod" >&2
-  exit 1
-fi
-want=$(cat "$mod"/go.mod "$mod"/go.sum "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
+# shellcheck source=../tools/k8s-version.sh
+source "$root"/hack/tools/k8s-version.sh
+want=$(cat "$mod"/go.mod "$mod"/go.sum "${BASH_SOURCE[0]}" "$root"/hack/tools/k8s-version.sh | sha256sum | cut -d' ' -f1)
 
 all_present() {
   for b in kubelet kube-scheduler kube-proxy; do
@@ -37,22 +34,11 @@ if [[ ${1:-} != -f ]] && all_present && [[ -f $stamp ]] && [[ $(cat "$stamp") ==
   exit 0
 fi
 
-# Without these the binaries report v0.0.0-master, and the kubelet registers a
-# node whose version fails the apiserver's skew checks.
-major=${k8s_version#v}; major=${major%%.*}
-minor=${k8s_version#v*.}; minor=${minor%%.*}
-build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
-done
-
 start=$(date +%s)
 echo "node: building kubelet, kube-scheduler, kube-proxy $k8s_version (hack/tools/kubernetes)"
 # CGO_ENABLED=0: the kubelet's cgo users (cadvisor's libpfm, seccomp
 # notifiers) are optional; the cgroupfs driver and the CRI need none.
-(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$bin"/ \
+(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags="$k8s_ldflags" -o "$bin"/ \
   k8s.io/kubernetes/cmd/kubelet \
   k8s.io/kubernetes/cmd/kube-scheduler \
   k8s.io/kubernetes/cmd/kube-proxy)

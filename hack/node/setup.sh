@@ -39,13 +39,14 @@ fi
 "$root"/hack/node/build.sh
 
 # The pause image: rebuilt when its source changes.
-want=$(cat "$root"/hack/node/pause/main.go "$root"/hack/node/mkimage/main.go | sha256sum | cut -d' ' -f1)
+want=$(cat "$root"/hack/node/pause/main.go "$root"/hack/image/main.go | sha256sum | cut -d' ' -f1)
 stamp=$bin/.pause.stamp
 if [[ -f $bin/pause-image.tar && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   echo "node: pause image up to date in $bin/pause-image.tar"
 else
-  (cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$bin"/pause ./hack/node/pause)
-  (cd "$root" && go run ./hack/node/mkimage -bin "$bin"/pause -tag registry.k8s.io/pause:3.10 -out "$bin"/pause-image.tar)
+  # The same daemonless packer as the webhook's image (make image).
+  (cd "$root" && go run ./hack/image -pkg ./hack/node/pause -entrypoint /pause -user 65535:65535 \
+    -title pause -version 3.10 -tag registry.k8s.io/pause:3.10 -out "$bin"/pause-image.tar)
   echo "$want" >"$stamp"
   echo "node: pause image built into $bin/pause-image.tar"
 fi

@@ -16,10 +16,11 @@ bin=${BIN:-$root/bin}
 stamp=$bin/.tools.stamp
 mkdir -p "$bin"
 
-k8s_version=v1.37.2
+# shellcheck source=k8s-version.sh
+source "$tools"/k8s-version.sh
 stamp_of() {
   cat "$tools"/kubernetes/go.mod "$tools"/kubernetes/go.sum \
-    "$tools"/etcd/go.mod "$tools"/etcd/go.sum "$tools"/build.sh | sha256sum | cut -d' ' -f1
+    "$tools"/etcd/go.mod "$tools"/etcd/go.sum "$tools"/build.sh "$tools"/k8s-version.sh | sha256sum | cut -d' ' -f1
 }
 want=$(stamp_of)
 
@@ -34,23 +35,12 @@ if [[ ${1:-} != -f ]] && all_present && [[ -f $stamp ]] && [[ $(cat "$stamp") ==
   exit 0
 fi
 
-# The version ldflags make `kubectl version` and /version report the real
-# release instead of v0.0.0-master, which discovery and skew checks read.
-major=${k8s_version#v}; major=${major%%.*}
-minor=${k8s_version#v*.}; minor=${minor%%.*}
-build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
-done
-
 start=$(date +%s)
 echo "tools: building etcd (hack/tools/etcd)"
 (cd "$tools"/etcd && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bin"/etcd go.etcd.io/etcd/server/v3)
 
 echo "tools: building kube-apiserver, kube-controller-manager, kubectl $k8s_version (hack/tools/kubernetes)"
-(cd "$tools"/kubernetes && CGO_ENABLED=0 go build -trimpath -ldflags="$ldflags" -o "$bin"/ \
+(cd "$tools"/kubernetes && CGO_ENABLED=0 go build -trimpath -ldflags="$k8s_ldflags" -o "$bin"/ \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kubectl)
