@@ -25,7 +25,8 @@ type tryIt struct{ what, cmd string }
 // three host commands: one admitted, two denied.
 func prepareTryIt(ctx context.Context, d dev, env *framework.Env) ([]tryIt, error) {
 	sbx := framework.MakeSandbox(env.HostNamespace, "demo").Annotation(fence.AnnotationHolderEpoch, "1").Obj()
-	if _, err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(env.HostNamespace).Create(ctx, sbx, metav1.CreateOptions{}); err != nil {
+	created, err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(env.HostNamespace).Create(ctx, sbx, metav1.CreateOptions{})
+	if err != nil {
 		return nil, err
 	}
 	examples := filepath.Join(d.dir, "examples")
@@ -33,19 +34,28 @@ func prepareTryIt(ctx context.Context, d dev, env *framework.Env) ([]tryIt, erro
 		return nil, err
 	}
 	world := filepath.Join(examples, "world-egress.yaml")
-	body := fmt.Sprintf(`# A per-sandbox policy widened to the whole internet: the fence refuses it.
+	// Everything but the egress is the host's real per-sandbox policy for
+	// sandbox demo (its own name, owner and selector), so the denial is the
+	// one that matters: a peer outside the allowlist.
+	body := fmt.Sprintf(`# sandbox demo's own per-sandbox policy, widened to the whole internet:
+# the fence refuses the egress rule.
 apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
 metadata:
-  name: namzu-sbx-widened
-  namespace: %s
+  name: %[1]s%[2]s
+  namespace: %[3]s
+  ownerReferences:
+  - apiVersion: agents.x-k8s.io/v1beta1
+    kind: Sandbox
+    name: demo
+    uid: %[2]s
 spec:
   endpointSelector:
     matchLabels:
-      sandbox.namzu.ai/per-sandbox-egress: demo
+      %[4]s: demo
   egress:
   - toEntities: [world]
-`, env.HostNamespace)
+`, fence.PolicyNamePrefix, created.GetUID(), env.HostNamespace, fence.DefaultPerSandboxLabelKey)
 	if err := os.WriteFile(world, []byte(body), 0o644); err != nil {
 		return nil, err
 	}
