@@ -31,6 +31,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,14 +58,15 @@ func main() {
 	rate := flag.Float64("rate", 2500, "requests per second of the open loop")
 	serverProcs := flag.Int("server-procs", 1, "GOMAXPROCS of the server process")
 	out := flag.String("out", "", "directory for loadgen-results.md (default: print only)")
+	cpuprofile := flag.String("server-cpuprofile", "", "write the server's CPU profile over both phases to this file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	if *serve != "" {
-		err = runServer(ctx, *serve)
+		err = runServer(ctx, *serve, *cpuprofile)
 	} else {
-		err = run(ctx, *duration, *conns, *rate, *serverProcs, *out)
+		err = run(ctx, *duration, *conns, *rate, *serverProcs, *out, *cpuprofile)
 	}
 	if err != nil {
 		logf("FAILED: %v", err)
@@ -75,7 +77,17 @@ func main() {
 // runServer is the child: the webhook server with the production handler
 // stack; it prints its port and serves until its stdin closes (the parent
 // exited) or it is signalled.
-func runServer(ctx context.Context, certDir string) error {
+func runServer(ctx context.Context, certDir, cpuprofile string) error {
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -110,7 +122,11 @@ func runServer(ctx context.Context, certDir string) error {
 		}
 	}
 	fmt.Printf("ready %d\n", port)
-	return <-errc
+	err = <-errc
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 // serverCPU is the child's user+system CPU time from /proc/<pid>/stat.
@@ -138,6 +154,9 @@ func loadavg() string {
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
+// openWorkers bounds the open loop's requests in flight (and connections).
+const openWorkers = 32
+
 type result struct {
 	name      string
 	sent      int
@@ -145,29 +164,34 @@ type result struct {
 	elapsed   time.Duration
 	serverCPU time.Duration
 	lat       []time.Duration
-	load0     string
-	load1     string
+	// svc is measured from the actual send; lat from the scheduled send
+	// (open loop). A gap between them is the generator's own lag.
+	svc   []time.Duration
+	load0 string
+	load1 string
 }
 
 func (r *result) row() string {
 	slices.Sort(r.lat)
-	p := func(q float64) string {
-		if len(r.lat) == 0 {
+	slices.Sort(r.svc)
+	pct := func(v []time.Duration, q float64) string {
+		if len(v) == 0 {
 			return "-"
 		}
-		i := int(math.Ceil(q/100*float64(len(r.lat)))) - 1
-		return fmt.Sprintf("%.3f", float64(r.lat[max(0, i)])/float64(time.Millisecond))
+		i := int(math.Ceil(q/100*float64(len(v)))) - 1
+		return fmt.Sprintf("%.3f", float64(v[max(0, i)])/float64(time.Millisecond))
 	}
+	p := func(q float64) string { return pct(r.lat, q) }
 	rps := float64(r.sent) / r.elapsed.Seconds()
 	perCore := "-"
 	if r.serverCPU > 0 {
 		perCore = fmt.Sprintf("%.0f", float64(r.sent)/r.serverCPU.Seconds())
 	}
-	return fmt.Sprintf("| %s | %d | %d | %.0f | %.2f | %s | %s | %s | %s | %s | %s → %s |", r.name, r.sent, r.failed, rps,
-		r.serverCPU.Seconds()/r.elapsed.Seconds(), perCore, p(50), p(90), p(99), p(99.9), r.load0, r.load1)
+	return fmt.Sprintf("| %s | %d | %d | %.0f | %.2f | %s | %s | %s | %s | %s | %s | %s | %s → %s |", r.name, r.sent, r.failed, rps,
+		r.serverCPU.Seconds()/r.elapsed.Seconds(), perCore, p(50), p(90), p(99), p(99.9), pct(r.svc, 50), pct(r.svc, 99), r.load0, r.load1)
 }
 
-func run(ctx context.Context, duration time.Duration, conns int, rate float64, serverProcs int, out string) error {
+func run(ctx context.Context, duration time.Duration, conns int, rate float64, serverProcs int, out, cpuprofile string) error {
 	dir, err := os.MkdirTemp("", "sandbox-fence-loadgen-")
 	if err != nil {
 		return err
@@ -188,7 +212,7 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, self, "-serve", dir)
+	cmd := exec.CommandContext(ctx, self, "-serve", dir, "-server-cpuprofile", cpuprofile)
 	cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(serverProcs))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -270,10 +294,24 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 			return fmt.Errorf("review %d: %w", i, err)
 		}
 	}
+	// Keep-alive is what is measured, not TLS handshakes: open every
+	// connection either phase will use before measuring.
+	var wg sync.WaitGroup
+	errs := make(chan error, max(conns, openWorkers))
+	for i := range max(conns, openWorkers) {
+		wg.Go(func() { errs <- send(i) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return fmt.Errorf("warming connections: %w", err)
+		}
+	}
 	logf("server ready on %s (GOMAXPROCS=%d); reviews %d-%d bytes; load %s", url, serverProcs, minSize, maxSize, loadavg())
 
 	closed := &result{name: fmt.Sprintf("closed loop, %d connections", conns), load0: loadavg()}
-	if err := measure(ctx, cmd.Process.Pid, closed, func(deadline time.Time, rec func(time.Duration, error)) {
+	if err := measure(ctx, cmd.Process.Pid, closed, func(deadline time.Time, rec func(time.Duration, time.Duration, error)) {
 		var wg sync.WaitGroup
 		var seq atomic.Int64
 		for range conns {
@@ -281,7 +319,7 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 				for time.Now().Before(deadline) && ctx.Err() == nil {
 					t := time.Now()
 					err := send(int(seq.Add(1)))
-					rec(time.Since(t), err)
+					rec(time.Since(t), time.Since(t), err)
 				}
 			})
 		}
@@ -293,17 +331,18 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 	logf("%s", closed.row())
 
 	open := &result{name: fmt.Sprintf("open loop at %.0f/s", rate), load0: loadavg()}
-	if err := measure(ctx, cmd.Process.Pid, open, func(deadline time.Time, rec func(time.Duration, error)) {
+	if err := measure(ctx, cmd.Process.Pid, open, func(deadline time.Time, rec func(time.Duration, time.Duration, error)) {
 		interval := time.Duration(float64(time.Second) / rate)
 		start := time.Now()
 		jobs := make(chan time.Time, 4096)
 		var wg sync.WaitGroup
 		var seq atomic.Int64
-		for range 64 {
+		for range openWorkers {
 			wg.Go(func() {
 				for scheduled := range jobs {
+					t := time.Now()
 					err := send(int(seq.Add(1)))
-					rec(time.Since(scheduled), err)
+					rec(time.Since(scheduled), time.Since(t), err)
 				}
 			})
 		}
@@ -328,8 +367,9 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 	var md strings.Builder
 	fmt.Fprintf(&md, "Webhook server alone: controller-runtime webhook server + CiliumHandler in a child process with GOMAXPROCS=%d, loopback HTTPS (TLS 1.2+, HTTP/1.1 keep-alive), %d distinct AdmissionReviews of %d-%d bytes (1 in 20 names an invented owner), %s per phase.\n\n",
 		serverProcs, len(reviews), minSize, maxSize, duration)
-	md.WriteString("| phase | reviews | failed | reviews/s | server CPU (cores) | reviews per server CPU-second | p50 ms | p90 ms | p99 ms | p99.9 ms | load before → after |\n")
-	md.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	md.WriteString("Latency columns are from the scheduled send time; the two \"from send\" columns start the clock when the request actually left, so their gap to the others is the generator's own lag.\n\n")
+	md.WriteString("| phase | reviews | failed | reviews/s | server CPU (cores) | reviews per server CPU-second | p50 ms | p90 ms | p99 ms | p99.9 ms | from send p50 ms | from send p99 ms | load before → after |\n")
+	md.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	md.WriteString(closed.row() + "\n" + open.row() + "\n")
 	fmt.Println(md.String())
 	if out != "" {
@@ -348,9 +388,9 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 
 // measure runs drive until the deadline and records latencies, failures
 // and the server's CPU time over the phase.
-func measure(ctx context.Context, pid int, r *result, drive func(deadline time.Time, rec func(time.Duration, error)), d time.Duration) error {
+func measure(ctx context.Context, pid int, r *result, drive func(deadline time.Time, rec func(sched, sent time.Duration, err error)), d time.Duration) error {
 	var mu sync.Mutex
-	rec := func(lat time.Duration, err error) {
+	rec := func(lat, svc time.Duration, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		r.sent++
@@ -359,6 +399,7 @@ func measure(ctx context.Context, pid int, r *result, drive func(deadline time.T
 			return
 		}
 		r.lat = append(r.lat, lat)
+		r.svc = append(r.svc, svc)
 	}
 	cpu0, err := serverCPU(pid)
 	if err != nil {
