@@ -65,6 +65,18 @@ func benchRequests(b *testing.B) map[string]vaptest.Request {
 			Operation: admission.Create, Kind: cnpGVK, Resource: cnpGVR, Namespace: ns, Name: cnp.GetName(),
 			Object: cnp, User: hostUser,
 		},
+		// The control: no policy matches it, so this is the cost of
+		// matching alone, which every write in the cluster pays.
+		"unrelated ConfigMap create": {
+			Operation: admission.Create, Kind: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			Resource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: ns, Name: "settings",
+			Object: &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "ConfigMap",
+				"metadata": map[string]any{"name": "settings", "namespace": ns},
+				"data":     map[string]any{"settings.json": "{}"},
+			}},
+			User: hostUser,
+		},
 		"per-sandbox policy delete": {
 			Operation: admission.Delete, Kind: cnpGVK, Resource: cnpGVR, Namespace: ns, Name: cnp.GetName(),
 			OldObject: cnp, User: hostUser,
