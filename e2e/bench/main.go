@@ -106,12 +106,15 @@ func waitForLowLoad(ctx context.Context, o options) {
 	if o.waitLoad <= 0 {
 		return
 	}
+	start := time.Now()
 	err := framework.Eventually(ctx, o.waitLoadMax, 5*time.Second, fmt.Sprintf("1-minute load below %.2f", o.waitLoad), func(context.Context) (bool, string, error) {
 		return load1() < o.waitLoad, "load " + loadavg(), nil
 	})
 	if err != nil {
 		logf("running anyway, the load is reported with the results: %v", err)
+		return
 	}
+	logf("waited %s for a 1-minute load below %.2f: load %s", time.Since(start).Round(time.Second), o.waitLoad, loadavg())
 }
 
 func run(ctx context.Context, o options) (err error) {
