@@ -43,7 +43,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
-	"github.com/sandbox-fence/sandbox-fence/hack/loadgen/review"
+	"github.com/sandbox-fence/sandbox-fence/internal/testing/review"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
-	loadgen "github.com/sandbox-fence/sandbox-fence/hack/loadgen/review"
+	fixture "github.com/sandbox-fence/sandbox-fence/internal/testing/review"
 )
 
 // BenchmarkCiliumWebhookServeHTTP is the webhook end to end inside the
@@ -19,14 +19,14 @@ import (
 // informer cache, the rule and the metrics. TLS and the socket are not in it
 // (hack/loadgen measures those).
 func BenchmarkCiliumWebhookServeHTTP(b *testing.B) {
-	h := loadgen.Handler(nil)
+	h := fixture.Handler(nil)
 	for _, c := range []struct {
 		name    string
-		kind    loadgen.Kind
+		kind    fixture.Kind
 		allowed bool
-	}{{"admitted", loadgen.Admitted, true}, {"denied, invented owner", loadgen.Denied, false}} {
+	}{{"admitted", fixture.Admitted, true}, {"denied, invented owner", fixture.Denied, false}} {
 		b.Run(c.name, func(b *testing.B) {
-			body, err := loadgen.Build(1, c.kind)
+			body, err := fixture.Build(1, c.kind)
 			if err != nil {
 				b.Fatal(err)
 			}
