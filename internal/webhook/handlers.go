@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -174,7 +175,7 @@ func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request
 		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
 		h.Metrics.decision(RuleStrictDelete, VerdictError)
 		return configDenial(epochFamily, sandboxGK, req.Name, h.Config.Name, err,
-			"the webhook cannot tell whether strict delete applies, so it refuses Sandbox deletes by ServiceAccounts in fenced namespaces; retry")
+			"strict delete is off without one") // unreachable: not found is admitted above
 	}
 	if !cfg.Spec.StrictDelete || cfg.Spec.HostFor(req.UserInfo.Username) == nil {
 		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
@@ -270,16 +271,27 @@ func denial(family string, gk schema.GroupKind, name string, errs field.ErrorLis
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st, Warnings: warnings}}
 }
 
-func configDenial(family string, gk schema.GroupKind, name, configName string, err error, consequence string) admission.Response {
-	what := "not found"
+// configDenial answers a request the webhook could not check because its
+// FenceConfig was unavailable. Absent is a state a cluster admin must fix: a
+// 422 that says so. Unreadable (the cache not synced yet, or stopped while
+// the process shuts down) is transient: a 500, which a host retries like any
+// webhook outage, where a 422 would read as a final verdict on its write.
+func configDenial(family string, gk schema.GroupKind, name, configName string, err error, whenMissing string) admission.Response {
 	if !apierrors.IsNotFound(err) {
-		what = "could not be read (" + err.Error() + ")"
+		st := metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusInternalServerError,
+			Reason:  metav1.StatusReasonInternalError,
+			Message: fmt.Sprintf("%s: FenceConfig %q could not be read (%v), so the write was not checked and is refused for now; retry", family, configName, err),
+			Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name},
+		}
+		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
 	}
 	st := metav1.Status{
 		Status:  metav1.StatusFailure,
-		Code:    422,
+		Code:    http.StatusUnprocessableEntity,
 		Reason:  metav1.StatusReasonInvalid,
-		Message: fmt.Sprintf("%s: FenceConfig %q %s; %s", family, configName, what, consequence),
+		Message: fmt.Sprintf("%s: FenceConfig %q not found; %s", family, configName, whenMissing),
 		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name},
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}

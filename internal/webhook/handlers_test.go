@@ -431,7 +431,9 @@ func TestSandboxDeleteHandler(t *testing.T) {
 	}
 }
 
-// An unreadable configuration (not merely absent) must fail closed too.
+// An unreadable configuration (not merely absent: the cache not synced, or
+// stopped during shutdown) fails closed too, but as a retryable 500: a 422
+// would tell the host its write is wrong when only the webhook was not ready.
 func TestCiliumHandlerConfigUnreadable(t *testing.T) {
 	h := &webhook.CiliumHandler{
 		Config:        webhook.ConfigSource{Reader: errReader{errors.New("cache not synced")}, Name: "cfg"},
@@ -439,7 +441,7 @@ func TestCiliumHandlerConfigUnreadable(t *testing.T) {
 		LookupTimeout: 100 * time.Millisecond,
 	}
 	got := verdictOf(h.Handle(context.Background(), cnpRequest(t, admissionv1.Create, tst.HostUser, nil, tst.MakeCNP(tst.MakeClaim("a").Obj()).Obj())))
-	want := verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "cfg" could not be read (cache not synced); the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`}
+	want := verdict{Code: 500, Reason: metav1.StatusReasonInternalError, Message: `cilium-fence: FenceConfig "cfg" could not be read (cache not synced), so the write was not checked and is refused for now; retry`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("response (-want +got):\n%s", diff)
 	}
