@@ -7,7 +7,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -29,27 +28,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx := context.Background()
 	p, err := provider.FromEnv(logf)
 	if err != nil {
 		logf("choose provider: %v", err)
 		return 2
 	}
-	artifacts := os.Getenv("E2E_ARTIFACTS")
-	env, err = p.Setup(ctx)
-	if err != nil {
-		logf("%s provider setup failed: %v", p.Name(), err)
-		if terr := p.Teardown(ctx, true, artifacts); terr != nil {
-			logf("teardown: %v", terr)
-		}
-		return 1
-	}
-	code := m.Run()
-	if err := p.Teardown(ctx, code != 0, artifacts); err != nil {
-		logf("teardown: %v", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
+	return framework.RunSuite(m, p, p.Name()+" provider", logf, framework.SuiteHooks{
+		Ready: func(e *framework.Env) error { env = e; return nil },
+	})
 }

@@ -9,7 +9,6 @@
 package soak
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -54,36 +53,26 @@ func run(m *testing.M) int {
 	}
 	local = &provider.Local{RepoRoot: root, BinDir: filepath.Join(root, "bin"), StateDir: state,
 		RemoveState: os.Getenv(provider.EnvKeepState) == "", Logf: logf}
-	ctx := context.Background()
 	start := time.Now()
-	artifacts := os.Getenv("E2E_ARTIFACTS")
-	env, err = local.Setup(ctx)
-	if err != nil {
-		logf("local provider setup failed: %v", err)
-		_ = local.Teardown(ctx, true, artifacts)
-		return 1
-	}
-	if !env.WebhookInstalled {
-		logf("the webhook is not running: the soak needs it")
-		_ = local.Teardown(ctx, true, artifacts)
-		return 1
-	}
-	code := m.Run()
-	table := figures.render(time.Since(start))
-	fmt.Fprint(os.Stdout, "\n"+table)
-	if out := os.Getenv("SOAK_FIGURES"); out != "" {
-		if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
-			logf("write %s: %v", out, err)
-			code = 1
-		} else {
-			logf("figures written to %s", out)
-		}
-	}
-	if err := local.Teardown(ctx, code != 0, artifacts); err != nil {
-		logf("teardown: %v", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
+	return framework.RunSuite(m, local, "local provider", logf, framework.SuiteHooks{
+		Ready: func(e *framework.Env) error {
+			env = e
+			if !env.WebhookInstalled {
+				return fmt.Errorf("the webhook is not running: the soak needs it")
+			}
+			return nil
+		},
+		After: func(code int) int {
+			table := figures.render(time.Since(start))
+			fmt.Fprint(os.Stdout, "\n"+table)
+			if out := os.Getenv("SOAK_FIGURES"); out != "" {
+				if err := os.WriteFile(out, []byte(table), 0o644); err != nil {
+					logf("write %s: %v", out, err)
+					return 1
+				}
+				logf("figures written to %s", out)
+			}
+			return code
+		},
+	})
 }

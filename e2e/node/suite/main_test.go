@@ -8,7 +8,6 @@
 package suite
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,28 +37,13 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx := context.Background()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		logf("%v", err)
 		return 2
 	}
 	provider = node.NewProvider(root, filepath.Join(root, "bin"), logf)
-	artifacts := os.Getenv("E2E_ARTIFACTS")
-	env, err = provider.Setup(ctx)
-	if err != nil {
-		logf("node provider setup failed: %v", err)
-		if terr := provider.Teardown(ctx, true, artifacts); terr != nil {
-			logf("teardown: %v", terr)
-		}
-		return 1
-	}
-	code := m.Run()
-	if err := provider.Teardown(ctx, code != 0, artifacts); err != nil {
-		logf("teardown: %v", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	return code
+	return framework.RunSuite(m, provider, "node provider", logf, framework.SuiteHooks{
+		Ready: func(e *framework.Env) error { env = e; return nil },
+	})
 }
