@@ -323,6 +323,11 @@ func jsonRoundTrip(v any) map[string]any {
 
 // RemoveEgress deletes the per-sandbox policy of an owner uid; a policy
 // already gone counts as removed.
+//
+// SPEC 4.1 has the TypeScript host send a bodyless DELETE. client-go's
+// dynamic client always sends a DeleteOptions body, so this one carries
+// {"kind":"DeleteOptions","apiVersion":"v1"} with no option set, which the
+// API server reads exactly as no body (the fence matches on the name only).
 func (c *Client) RemoveEgress(ctx context.Context, namespace, ownerUID string) error {
 	err := c.dyn.Resource(CiliumNetworkPolicyGVR).Namespace(namespace).Delete(ctx, PolicyName(ownerUID), metav1.DeleteOptions{})
 	if err == nil || isGone(err) {
