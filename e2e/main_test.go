@@ -7,10 +7,8 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
@@ -19,9 +17,7 @@ import (
 // env is the cluster every test runs against, set up once by TestMain.
 var env *framework.Env
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "e2e %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-}
+var logf = framework.StderrLogf("e2e")
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))

@@ -45,9 +45,7 @@ type options struct {
 	waitLoadMax time.Duration
 }
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "bench %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-}
+var logf = framework.StderrLogf("bench")
 
 func main() {
 	var o options

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -265,4 +266,13 @@ func PointWebhookAt(vwc *unstructured.Unstructured, baseURL string, caBundle []b
 
 func caBundleString(pem []byte) string {
 	return base64.StdEncoding.EncodeToString(pem)
+}
+
+// StderrLogf is the Logf of a suite or command: one line on stderr, with
+// its prefix and a millisecond clock, so interleaved component logs can be
+// lined up with the test's own steps.
+func StderrLogf(prefix string) Logf {
+	return func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s %s: %s\n", prefix, time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
 }

@@ -27,9 +27,7 @@ var (
 	env   *framework.Env
 )
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "soak %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-}
+var logf = framework.StderrLogf("soak")
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/e2e/node"
@@ -23,9 +22,7 @@ var (
 	provider *node.Provider
 )
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "node-e2e %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-}
+var logf = framework.StderrLogf("node-e2e")
 
 func TestMain(m *testing.M) {
 	if p := os.Getenv("E2E_PROVIDER"); p != "node" {

@@ -16,15 +16,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/e2e/node"
 )
 
-func logf(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "nodecluster %s: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-}
+var logf = framework.StderrLogf("nodecluster")
 
 func main() {
 	root, err := framework.RepoRoot()
