@@ -55,7 +55,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 	hash := []fence.Annotation{{Key: fence.AnnotationPodTemplateHash, Value: specTemplateHash}}
 	tests := []struct {
 		name    string
-		sandbox func() *framework.SandboxBuilder
+		sandbox func() *framework.Builder
 		// in is what pkg/fence is given for the same write (Read is filled
 		// from the created object).
 		in   fence.PatchInput
@@ -64,7 +64,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 	}{
 		{
 			name: "a fenced suspend of an object whose annotations map lacks the epoch key tests the resourceVersion and adds keys one by one",
-			sandbox: func() *framework.SandboxBuilder {
+			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("nokey")).Annotation("team", "blue")
 			},
 			in: fence.PatchInput{Epoch: ptr(uint64(3)), Mode: fence.ModeSuspended, ChangedAt: changedAt},
@@ -78,7 +78,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 		},
 		{
 			name: "a stamp sends the epoch alone and leaves the mode",
-			sandbox: func() *framework.SandboxBuilder {
+			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("stamp")).Annotation(fence.AnnotationHolderEpoch, "2")
 			},
 			in: fence.PatchInput{Epoch: ptr(uint64(3))},
@@ -88,7 +88,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 		},
 		{
 			name: "a fenced refresh of a Suspended workspace replaces the template and resumes it",
-			sandbox: func() *framework.SandboxBuilder {
+			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("refresh")).Mode("Suspended").Annotation(fence.AnnotationHolderEpoch, "4")
 			},
 			in: fence.PatchInput{Epoch: ptr(uint64(4)), Mode: fence.ModeRunning, ChangedAt: changedAt, ExtraAnnotations: hash, PodTemplate: template, ExtraTests: refreshTests},
@@ -105,7 +105,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 		},
 		{
 			name: "an unfenced refresh of a workspace another holder fenced keeps the stored epoch",
-			sandbox: func() *framework.SandboxBuilder {
+			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("refresh")).Mode("Suspended").Annotation(fence.AnnotationHolderEpoch, "4")
 			},
 			in: fence.PatchInput{Mode: fence.ModeRunning, ChangedAt: changedAt, ExtraAnnotations: hash, PodTemplate: template, ExtraTests: refreshTests},
@@ -120,7 +120,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 		},
 		{
 			name: "an unfenced refresh of an object without annotations tests the resourceVersion before adding the whole map",
-			sandbox: func() *framework.SandboxBuilder {
+			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("refresh")).Mode("Suspended")
 			},
 			in: fence.PatchInput{Mode: fence.ModeRunning, ChangedAt: changedAt, ExtraAnnotations: hash, PodTemplate: template, ExtraTests: refreshTests},

@@ -1,83 +1,24 @@
 package framework
 
 import (
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// SandboxBuilder builds a Sandbox the way the host writes one (SPEC 1): a
-// podTemplate with the template label and one container.
-type SandboxBuilder struct{ u *unstructured.Unstructured }
+// Builder is the project's one object builder (internal/testing), shared
+// with the webhook's unit tests.
+type Builder = tst.ObjectWrapper
 
-// MakeSandbox starts a v1beta1 Sandbox in ns.
-func MakeSandbox(ns, name string) *SandboxBuilder {
-	return &SandboxBuilder{u: &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "agents.x-k8s.io/v1beta1",
-		"kind":       "Sandbox",
-		"metadata":   map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{
-			"operatingMode": "Running",
-			"podTemplate": map[string]any{
-				"metadata": map[string]any{"labels": map[string]any{"sandbox.namzu.ai/template": "namzu-workspace"}},
-				"spec": map[string]any{
-					"containers": []any{map[string]any{"name": "main", "image": "namzu/agent:1"}},
-				},
-			},
-		},
-	}}}
+// MakeSandbox is the host's Sandbox named name in ns (SPEC 1), ready to
+// create: the shared fixture without a uid (the API server assigns one) and
+// without the per-sandbox pod label, which a test adds with PodLabel when
+// the Sandbox is to own an egress policy.
+func MakeSandbox(ns, name string) *Builder {
+	return tst.MakeSandbox(name).Namespace(ns).UID("").NoPodLabel(fence.DefaultPerSandboxLabelKey)
 }
 
-// Version sets the apiVersion (v1alpha1 to exercise the deprecated version).
-func (b *SandboxBuilder) Version(v string) *SandboxBuilder {
-	b.u.SetAPIVersion("agents.x-k8s.io/" + v)
-	return b
+// MakeClaim is the host's SandboxClaim named name in ns, ready to create, on
+// the same terms as MakeSandbox.
+func MakeClaim(ns, name string) *Builder {
+	return tst.MakeClaim(name).Namespace(ns).UID("").NoPodLabel(fence.DefaultPerSandboxLabelKey)
 }
-
-// Annotation sets one annotation.
-func (b *SandboxBuilder) Annotation(k, v string) *SandboxBuilder {
-	a := b.u.GetAnnotations()
-	if a == nil {
-		a = map[string]string{}
-	}
-	a[k] = v
-	b.u.SetAnnotations(a)
-	return b
-}
-
-// PodLabel sets a claim-time pod label (the per-sandbox egress selector).
-func (b *SandboxBuilder) PodLabel(k, v string) *SandboxBuilder {
-	_ = unstructured.SetNestedField(b.u.Object, v, "spec", "podTemplate", "metadata", "labels", k)
-	return b
-}
-
-// Mode sets spec.operatingMode.
-func (b *SandboxBuilder) Mode(m string) *SandboxBuilder {
-	_ = unstructured.SetNestedField(b.u.Object, m, "spec", "operatingMode")
-	return b
-}
-
-// Obj returns the object.
-func (b *SandboxBuilder) Obj() *unstructured.Unstructured { return b.u.DeepCopy() }
-
-// ClaimBuilder builds a SandboxClaim as the host's acquire does.
-type ClaimBuilder struct{ u *unstructured.Unstructured }
-
-// MakeClaim starts a v1beta1 SandboxClaim in ns.
-func MakeClaim(ns, name string) *ClaimBuilder {
-	return &ClaimBuilder{u: &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "extensions.agents.x-k8s.io/v1beta1",
-		"kind":       "SandboxClaim",
-		"metadata":   map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{
-			"warmPoolRef": map[string]any{"name": "namzu-pool"},
-		},
-	}}}
-}
-
-// PodLabel sets spec.additionalPodMetadata.labels[k] = v.
-func (b *ClaimBuilder) PodLabel(k, v string) *ClaimBuilder {
-	_ = unstructured.SetNestedField(b.u.Object, v, "spec", "additionalPodMetadata", "labels", k)
-	return b
-}
-
-// Obj returns the object.
-func (b *ClaimBuilder) Obj() *unstructured.Unstructured { return b.u.DeepCopy() }

@@ -1,6 +1,8 @@
-// Package testing holds the builder fixtures the webhook's tests share, so a
-// test states only what differs from the host's canonical objects (SPEC 4.1)
-// instead of repeating whole manifests.
+// Package testing holds the builder fixtures every test shares — the
+// webhook's unit tests and, through e2e/framework, the end-to-end suite — so
+// a test states only what differs from the host's canonical objects (SPEC 1,
+// 4.1) instead of repeating whole manifests. The objects are complete enough
+// for a real API server to store.
 package testing
 
 import (
@@ -40,19 +42,23 @@ func newObject(gvk schema.GroupVersionKind, name string) *ObjectWrapper {
 	return &ObjectWrapper{u: u}
 }
 
-// MakeClaim returns a SandboxClaim named name in Namespace with uid
-// "uid-<name>" and, like the host's pooled path, the per-sandbox pod label
-// LabelKey=<name> in spec.additionalPodMetadata.labels.
+// MakeClaim returns the host's SandboxClaim named name in Namespace (a warm
+// pool reference), with uid "uid-<name>" and, like the host's pooled path,
+// the per-sandbox pod label LabelKey=<name> in
+// spec.additionalPodMetadata.labels.
 func MakeClaim(name string) *ObjectWrapper {
-	w := newObject(ClaimGVK, name).UID("uid-" + name)
+	w := newObject(ClaimGVK, name).UID("uid-"+name).Set("namzu-pool", "spec", "warmPoolRef", "name")
 	return w.PodLabel(LabelKey, name)
 }
 
-// MakeSandbox returns a Sandbox named name in Namespace with uid
-// "uid-<name>" and, like the host's pool-less path, the per-sandbox pod label
-// in spec.podTemplate.metadata.labels.
+// MakeSandbox returns the host's Sandbox named name in Namespace: Running, a
+// podTemplate with the template label and one container, uid "uid-<name>"
+// and, like the host's pool-less path, the per-sandbox pod label in
+// spec.podTemplate.metadata.labels.
 func MakeSandbox(name string) *ObjectWrapper {
-	w := newObject(SandboxGVK, name).UID("uid-" + name)
+	w := newObject(SandboxGVK, name).UID("uid-"+name).Mode("Running").
+		Set([]any{map[string]any{"name": "main", "image": "namzu/agent:1"}}, "spec", "podTemplate", "spec", "containers").
+		PodLabel("sandbox.namzu.ai/template", "namzu-workspace")
 	return w.PodLabel(LabelKey, name)
 }
 
@@ -87,8 +93,28 @@ func (w *ObjectWrapper) Name(n string) *ObjectWrapper { w.u.SetName(n); return w
 // Namespace sets metadata.namespace.
 func (w *ObjectWrapper) Namespace(ns string) *ObjectWrapper { w.u.SetNamespace(ns); return w }
 
-// UID sets metadata.uid.
-func (w *ObjectWrapper) UID(uid string) *ObjectWrapper { w.u.SetUID(types.UID(uid)); return w }
+// UID sets metadata.uid; "" removes it (an object to create, whose uid the
+// API server assigns).
+func (w *ObjectWrapper) UID(uid string) *ObjectWrapper {
+	if uid == "" {
+		unstructured.RemoveNestedField(w.u.Object, "metadata", "uid")
+		return w
+	}
+	w.u.SetUID(types.UID(uid))
+	return w
+}
+
+// Version sets the version of the apiVersion, keeping the group (v1alpha1
+// exercises the deprecated served version).
+func (w *ObjectWrapper) Version(v string) *ObjectWrapper {
+	gvk := w.u.GroupVersionKind()
+	gvk.Version = v
+	w.u.SetGroupVersionKind(gvk)
+	return w
+}
+
+// Mode sets a Sandbox's spec.operatingMode.
+func (w *ObjectWrapper) Mode(m string) *ObjectWrapper { return w.Set(m, "spec", "operatingMode") }
 
 // Kind overrides apiVersion and kind (to model a foreign or mismatched owner).
 func (w *ObjectWrapper) Kind(apiVersion, kind string) *ObjectWrapper {
@@ -153,11 +179,16 @@ func (w *ObjectWrapper) PodLabel(k, v string) *ObjectWrapper {
 	return w
 }
 
-// NoPodLabel removes one claim-time pod label.
+// NoPodLabel removes one claim-time pod label (and the labels map, once
+// empty).
 func (w *ObjectWrapper) NoPodLabel(k string) *ObjectWrapper {
 	p := w.podLabelsPath()
 	labels, _, _ := unstructured.NestedStringMap(w.u.Object, p...)
 	delete(labels, k)
+	if len(labels) == 0 {
+		unstructured.RemoveNestedField(w.u.Object, p...)
+		return w
+	}
 	_ = unstructured.SetNestedStringMap(w.u.Object, labels, p...)
 	return w
 }
@@ -168,8 +199,8 @@ func (w *ObjectWrapper) Set(value any, path ...string) *ObjectWrapper {
 	return w
 }
 
-// Obj returns the built object.
-func (w *ObjectWrapper) Obj() *unstructured.Unstructured { return w.u }
+// Obj returns a copy of the built object, so one builder can make several.
+func (w *ObjectWrapper) Obj() *unstructured.Unstructured { return w.u.DeepCopy() }
 
 // ConfigWrapper builds a FenceConfig.
 type ConfigWrapper struct{ c *fencev1alpha1.FenceConfig }

@@ -17,10 +17,9 @@ func TestTrimOwner(t *testing.T) {
 	claim.SetResourceVersion("7")
 	claim.SetLabels(map[string]string{"team": "a"})
 	claim.Object["status"] = map[string]any{"conditions": []any{"big"}}
-	_ = unstructured.SetNestedField(claim.Object, "pool", "spec", "warmPoolRef", "name")
-
+	// The builders carry what the rules do not read (spec.warmPoolRef, the
+	// PodSpec, operatingMode): trimming must drop it.
 	sandbox := tst.MakeSandbox("s").Obj()
-	_ = unstructured.SetNestedSlice(sandbox.Object, []any{map[string]any{"name": "main", "image": "namzu/agent:1"}}, "spec", "podTemplate", "spec", "containers")
 
 	cases := []struct {
 		name string
@@ -47,7 +46,8 @@ func TestTrimOwner(t *testing.T) {
 		want: &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
 			"metadata": map[string]any{"name": "s", "namespace": tst.Namespace, "uid": "uid-s"},
-			"spec":     map[string]any{"podTemplate": map[string]any{"metadata": map[string]any{"labels": map[string]any{tst.LabelKey: "s"}}}},
+			"spec": map[string]any{"podTemplate": map[string]any{"metadata": map[string]any{"labels": map[string]any{
+				tst.LabelKey: "s", "sandbox.namzu.ai/template": "namzu-workspace"}}}},
 		}},
 	}, {
 		name: "pod labels of the wrong type are kept as they are for the rule to refuse",
