@@ -13,22 +13,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// Defaults the builders start from: the host's namespace and label key.
+// Defaults the builders start from: the host's namespace and identity, and
+// the contract's names (pkg/fence is their one definition).
 const (
 	Namespace = "sandboxes"
-	LabelKey  = "sandbox.namzu.ai/per-sandbox-egress"
 	HostUser  = "system:serviceaccount:sandboxes:sandbox-host"
+	LabelKey  = fence.DefaultPerSandboxLabelKey
 	// EpochKey is the holder-epoch annotation (SPEC 2).
-	EpochKey = "sandbox.namzu.ai/holder-epoch"
+	EpochKey = fence.AnnotationHolderEpoch
 )
 
 // GroupVersionKinds of the objects the builders make.
 var (
-	ClaimGVK   = schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}
-	SandboxGVK = schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"}
-	CNPGVK     = schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}
+	ClaimGVK   = fence.SandboxClaimGVR.GroupVersion().WithKind(fence.OwnerKindSandboxClaim)
+	SandboxGVK = fence.SandboxGVR.GroupVersion().WithKind(fence.OwnerKindSandbox)
+	CNPGVK     = fence.CiliumNetworkPolicyGVR.GroupVersion().WithKind("CiliumNetworkPolicy")
 )
 
 // ObjectWrapper builds an unstructured object step by step.
@@ -58,7 +60,7 @@ func MakeClaim(name string) *ObjectWrapper {
 func MakeSandbox(name string) *ObjectWrapper {
 	w := newObject(SandboxGVK, name).UID("uid-"+name).Mode("Running").
 		Set([]any{map[string]any{"name": "main", "image": "namzu/agent:1"}}, "spec", "podTemplate", "spec", "containers").
-		PodLabel("sandbox.namzu.ai/template", "namzu-workspace")
+		PodLabel(fence.LabelTemplate, "namzu-workspace")
 	return w.PodLabel(LabelKey, name)
 }
 
@@ -66,7 +68,7 @@ func MakeSandbox(name string) *ObjectWrapper {
 // the given owner object: name namzu-sbx-<uid>, one ownerReference, selector
 // LabelKey=<owner name>, one DNS rule and one toFQDNs rule.
 func MakeCNP(owner *unstructured.Unstructured) *ObjectWrapper {
-	w := newObject(CNPGVK, "namzu-sbx-"+string(owner.GetUID()))
+	w := newObject(CNPGVK, fence.PolicyName(string(owner.GetUID())))
 	w.u.SetOwnerReferences([]metav1.OwnerReference{{
 		APIVersion: owner.GetAPIVersion(), Kind: owner.GetKind(), Name: owner.GetName(), UID: owner.GetUID(),
 	}})
