@@ -157,3 +157,14 @@ func Alive(pid int) bool {
 	}
 	return b[i+2] != 'Z' && b[i+2] != 'X'
 }
+
+// Flag returns the value of --name=value on the process's command line, or
+// "" (the harness passes every flag in that form).
+func (p *Process) Flag(name string) string {
+	for _, a := range p.Args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -161,8 +161,8 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 		return err
 	}
 	l.CP.Track(p)
-	if err := waitWebhookReady(ctx, p, "127.0.0.1:"+strconv.Itoa(ports[2]), "webhook ready"); err != nil {
-		return fmt.Errorf("%w; log ends with:\n%s", err, p.Tail(30))
+	if _, err := WaitWebhookReady(ctx, p, 2*time.Minute); err != nil {
+		return err
 	}
 	base := "https://127.0.0.1:" + strconv.Itoa(ports[0])
 	for _, vwc := range vwcs {

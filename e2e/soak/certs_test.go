@@ -144,7 +144,7 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	defer cancel()
 	p := component(t, "webhook")
 	hp := newHostPolicy(ctx, t)
-	vol := &secretVolume{dir: flagValue(p, "cert-dir")}
+	vol := &secretVolume{dir: p.Flag("cert-dir")}
 
 	// The local provider keeps no webhook CA key, so the soak re-roots the
 	// webhook on a CA it holds before the load starts (not counted).

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
 )
 
 // outages is the chaos schedule: the webhook is stopped for each duration,
@@ -45,7 +47,7 @@ func TestWebhookChaos(t *testing.T) {
 		}
 		np := restart(t, p)
 		startedAt := time.Now()
-		readyAt, err := webhookReady(ctx, np, time.Minute)
+		readyAt, err := provider.WaitWebhookReady(ctx, np, time.Minute)
 		if err != nil {
 			load.finish()
 			t.Fatalf("restart %d: %v", i+1, err)

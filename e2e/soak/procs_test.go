@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,75 +22,25 @@ import (
 )
 
 // component returns the newest process of that name the control plane
-// tracks (a restarted one is tracked again, so the newest is the live one).
+// tracks (the live one after a restart).
 func component(t *testing.T, name string) *cluster.Process {
 	t.Helper()
-	ps := local.CP.Processes()
-	for i := len(ps) - 1; i >= 0; i-- {
-		if ps[i].Name == name {
-			return ps[i]
-		}
+	p, err := local.Component(name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no %s process in the local control plane", name)
-	return nil
-}
-
-// flagValue reads --name=value from a component's command line.
-func flagValue(p *cluster.Process, name string) string {
-	for _, a := range p.Args {
-		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// binaryOf is where the local provider put a component's binary: the
-// webhook is built into the state directory, the control plane is in bin/.
-func binaryOf(name string) string {
-	if name == "webhook" {
-		return filepath.Join(local.StateDir, "bin", "webhook")
-	}
-	return filepath.Join(local.BinDir, name)
+	return p
 }
 
 // restart starts a stopped component again with the same command line and
 // log file, tracked by the control plane so teardown ends it.
 func restart(t *testing.T, old *cluster.Process) *cluster.Process {
 	t.Helper()
-	if exited, _ := old.Exited(); !exited {
-		t.Fatalf("restart %s: pid %d is still running", old.Name, old.Pid)
-	}
-	p, err := cluster.StartProcess(old.Name, binaryOf(old.Name), old.Args, old.LogPath, false)
+	p, err := local.Restart(old)
 	if err != nil {
 		t.Fatalf("restart %s: %v", old.Name, err)
 	}
-	local.CP.Track(p)
 	return p
-}
-
-// webhookReady polls the webhook's /readyz (listener up AND informers
-// synced) until it answers 200, and returns when that was first seen.
-func webhookReady(ctx context.Context, p *cluster.Process, timeout time.Duration) (time.Time, error) {
-	url := "http://" + flagValue(p, "health-probe-bind-address") + "/readyz"
-	hc := &http.Client{Timeout: time.Second}
-	var at time.Time
-	err := framework.Eventually(ctx, timeout, 20*time.Millisecond, "webhook /readyz", func(ctx context.Context) (bool, string, error) {
-		if exited, err := p.Exited(); exited {
-			return false, "", fmt.Errorf("webhook exited (%v):\n%s", err, p.Tail(20))
-		}
-		resp, err := hc.Get(url)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, resp.Status, nil
-		}
-		at = time.Now()
-		return true, "", nil
-	})
-	return at, err
 }
 
 // apiserverReady polls kube-apiserver /readyz as the admin.
@@ -110,7 +59,7 @@ func apiserverReady(ctx context.Context, timeout time.Duration) (time.Time, erro
 
 // webhookURL is the base URL of the running webhook's TLS listener.
 func webhookURL(p *cluster.Process) string {
-	return "https://127.0.0.1:" + flagValue(p, "port")
+	return "https://127.0.0.1:" + p.Flag("port")
 }
 
 // caBundle returns the CA the API server trusts for the webhook (the
@@ -170,7 +119,7 @@ func peakRSS(pid int) (int64, error) {
 // name whose label set contains every one of labels (`k="v"`).
 func metric(t *testing.T, p *cluster.Process, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + flagValue(p, "metrics-bind-address") + "/metrics")
+	resp, err := http.Get("http://" + p.Flag("metrics-bind-address") + "/metrics")
 	if err != nil {
 		t.Fatalf("scrape webhook metrics: %v", err)
 	}
