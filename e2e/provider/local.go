@@ -11,7 +11,6 @@ import (
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -109,14 +108,6 @@ func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 }
 
 func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructured) error {
-	if _, err := os.Stat(filepath.Join(l.RepoRoot, "cmd", "webhook", "main.go")); err != nil {
-		l.Logf("!!! cmd/webhook/main.go not found: the webhook is NOT RUNNING; webhook cases will skip")
-		return nil
-	}
-	if len(vwcs) == 0 {
-		l.Logf("!!! no ValidatingWebhookConfiguration in the rendered bundle: the webhook is NOT REGISTERED; webhook cases will skip")
-		return nil
-	}
 	bin := filepath.Join(l.StateDir, "bin", "webhook")
 	l.Logf("local: building the webhook (go build ./cmd/webhook)")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/webhook")
@@ -180,23 +171,18 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 }
 
 // webhookKubeconfig gives the local webhook the credentials it has in
-// production: a token of its ServiceAccount, bound by the shipped RBAC. Only
-// when the bundle ships no such ServiceAccount does it fall back to admin.
+// production: a token of its ServiceAccount, bound by the shipped RBAC.
 func (l *Local) webhookKubeconfig(ctx context.Context) (string, error) {
 	path := filepath.Join(l.StateDir, "webhook.kubeconfig")
 	tr, err := l.Env.Admin.Kube.CoreV1().ServiceAccounts(framework.WebhookNamespace).CreateToken(ctx, framework.WebhookName,
 		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(24 * 3600))}}, metav1.CreateOptions{})
-	var cfg *rest.Config
-	switch {
-	case err == nil:
-		cfg = rest.AnonymousClientConfig(l.CP.AdminConfig())
-		cfg.BearerToken = tr.Status.Token
-	case apierrors.IsNotFound(err):
-		l.Logf("!!! ServiceAccount %s/%s not in the bundle: the local webhook runs as admin", framework.WebhookNamespace, framework.WebhookName)
-		cfg = l.CP.AdminConfig()
-	default:
-		return "", err
+	if err != nil {
+		// No fallback to admin: the webhook must run under the shipped RBAC,
+		// or a missing permission would never show here.
+		return "", fmt.Errorf("a token for the webhook's ServiceAccount %s/%s (shipped in config/webhook): %w", framework.WebhookNamespace, framework.WebhookName, err)
 	}
+	cfg := rest.AnonymousClientConfig(l.CP.AdminConfig())
+	cfg.BearerToken = tr.Status.Token
 	return path, cluster.WriteKubeconfig(path, map[string]*rest.Config{"webhook": cfg}, "webhook")
 }
 
