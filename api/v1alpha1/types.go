@@ -120,30 +120,3 @@ func (s *FenceConfigSpec) HostFor(username string) *Host {
 	}
 	return nil
 }
-
-// BoundIn reports whether the host drives sandboxes in namespace ns.
-func (h *Host) BoundIn(ns string) bool {
-	for _, n := range h.Namespaces {
-		if n == ns {
-			return true
-		}
-	}
-	return false
-}
-
-// IsBreakGlass reports whether the user (name and groups) is break-glass.
-func (b *BreakGlass) IsBreakGlass(username string, groups []string) bool {
-	for _, u := range b.Users {
-		if u == username {
-			return true
-		}
-	}
-	for _, g := range b.Groups {
-		for _, have := range groups {
-			if g == have {
-				return true
-			}
-		}
-	}
-	return false
-}
