@@ -266,6 +266,8 @@ func adversarialInputs(t *testing.T) []costInput {
 		{"megabyte epoch", map[string]string{epochKey: "1"}, map[string]string{epochKey: big}},
 		{"megabyte stored epoch", map[string]string{epochKey: big}, map[string]string{epochKey: "1"}},
 		{"megabyte stored and new epochs", map[string]string{epochKey: big}, map[string]string{epochKey: big + "0"}},
+		{"megabyte epoch and hash carried unchanged", map[string]string{epochKey: big, hashKey: big}, map[string]string{epochKey: big, hashKey: big}},
+		{"megabyte hash rewritten at the same length", map[string]string{hashKey: big}, map[string]string{hashKey: big[1:] + "8"}},
 		{"megabyte changed-at and hash", nil, map[string]string{changedAtKey: big, hashKey: big}},
 		{"megabyte well-formed-looking changed-at", nil, map[string]string{changedAtKey: "2026-08-01T09:00:00." + big + "Z"}},
 		{"5000 other annotations", many, withKey(many, epochKey, "3")},

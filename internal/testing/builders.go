@@ -132,6 +132,12 @@ func (w *ObjectWrapper) Deleting() *ObjectWrapper {
 	return w
 }
 
+// Finalizer appends a metadata finalizer.
+func (w *ObjectWrapper) Finalizer(f string) *ObjectWrapper {
+	w.u.SetFinalizers(append(w.u.GetFinalizers(), f))
+	return w
+}
+
 // Annotation sets one metadata annotation.
 func (w *ObjectWrapper) Annotation(k, v string) *ObjectWrapper {
 	a := w.u.GetAnnotations()
