@@ -132,6 +132,17 @@ func (w *ObjectWrapper) Deleting() *ObjectWrapper {
 	return w
 }
 
+// Label sets one metadata label (of the object itself, not its pods).
+func (w *ObjectWrapper) Label(k, v string) *ObjectWrapper {
+	l := w.u.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[k] = v
+	w.u.SetLabels(l)
+	return w
+}
+
 // Finalizer appends a metadata finalizer.
 func (w *ObjectWrapper) Finalizer(f string) *ObjectWrapper {
 	w.u.SetFinalizers(append(w.u.GetFinalizers(), f))

@@ -56,6 +56,10 @@ type CaseInput struct {
 	// Options are the CreateOptions, UpdateOptions or DeleteOptions.
 	Options map[string]any `json:"options,omitempty"`
 	DryRun  bool           `json:"dryRun,omitempty"`
+	// Collection makes a DELETE one item of a delete-collection: the API
+	// server then admits each item with the stored object as oldObject and
+	// no request name.
+	Collection bool `json:"collection,omitempty"`
 }
 
 // CaseParams selects the FenceConfig: the shared default (policies/testdata/
@@ -126,6 +130,9 @@ func (c *Case) check() error {
 	if c.Params.Absent && c.Params.Spec != nil {
 		errs = append(errs, errors.New("params: absent and spec are exclusive"))
 	}
+	if c.Request.Collection && (c.Request.Operation != "DELETE" || c.Request.Name != "") {
+		errs = append(errs, errors.New("request: collection is a DELETE without a name"))
+	}
 	if c.Expect.Allowed && (c.Expect.Code != 0 || len(c.Expect.Messages) > 0 || c.Expect.Policy != "") {
 		errs = append(errs, errors.New("expect: an admitted case has no code, messages or policy"))
 	}
@@ -182,7 +189,7 @@ func (in CaseInput) BuildRequest() (Request, error) {
 	if ns == "" {
 		ns = ref.GetNamespace()
 	}
-	if name == "" {
+	if name == "" && !in.Collection {
 		name = ref.GetName()
 	}
 	r := Request{
