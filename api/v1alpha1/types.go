@@ -73,8 +73,11 @@ type FenceConfigSpec struct {
 
 // Host is one bound host identity.
 type Host struct {
-	// Username is the authenticated user name, for a ServiceAccount
-	// "system:serviceaccount:<namespace>:<name>".
+	// Username is the host's ServiceAccount,
+	// "system:serviceaccount:<namespace>:<name>" (contract §8.7). The schema
+	// refuses any other identity, and kube-system ServiceAccounts: the
+	// webhook routes only ServiceAccounts outside kube-system, so every
+	// bound host gets every check.
 	Username string `json:"username"`
 	// Namespaces are the namespaces in which this host drives sandboxes. A
 	// write by the host in any other fenced namespace is refused.

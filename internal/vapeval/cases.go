@@ -67,6 +67,12 @@ type CaseInput struct {
 type CaseParams struct {
 	Absent bool           `json:"absent,omitempty"`
 	Spec   map[string]any `json:"spec,omitempty"`
+	// Preexisting marks a spec the FenceConfig schema refuses today but a
+	// cluster may still hold: one stored before the schema learnt the rule,
+	// which CRD validation ratcheting keeps while nobody changes it. A test
+	// requires the schema to refuse it, so the case shows what the policy
+	// does with an upgrade's leftovers, not with an impossible config.
+	Preexisting bool `json:"preexisting,omitempty"`
 }
 
 // Expect is the verdict.
@@ -129,6 +135,9 @@ func (c *Case) check() error {
 	}
 	if c.Params.Absent && c.Params.Spec != nil {
 		errs = append(errs, errors.New("params: absent and spec are exclusive"))
+	}
+	if c.Params.Preexisting && c.Params.Spec == nil {
+		errs = append(errs, errors.New("params: preexisting describes a spec"))
 	}
 	if c.Request.Collection && (c.Request.Operation != "DELETE" || c.Request.Name != "") {
 		errs = append(errs, errors.New("request: collection is a DELETE without a name"))

@@ -65,10 +65,14 @@ func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, erro
 	return cfg, nil
 }
 
-// isServiceAccount mirrors the webhook configuration's matchCondition: a host
-// is a ServiceAccount, and no human user is ever refused by this webhook.
-func isServiceAccount(username string) bool {
-	return strings.HasPrefix(username, "system:serviceaccount:")
+// mayBeHost mirrors the webhook configuration's matchConditions: a bound
+// host is a ServiceAccount outside kube-system (contract §8.7, which the
+// FenceConfig schema enforces), so no human user and no controller of the
+// cluster (the garbage collector, the namespace controller) is ever refused
+// by this webhook, even while the FenceConfig is missing.
+func mayBeHost(username string) bool {
+	return strings.HasPrefix(username, "system:serviceaccount:") &&
+		!strings.HasPrefix(username, "system:serviceaccount:kube-system:")
 }
 
 // CiliumHandler verifies the owner of a bound host's per-sandbox
@@ -90,9 +94,9 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
 		return admission.Allowed("cilium-fence: only CREATE and UPDATE of CiliumNetworkPolicy are checked")
 	}
-	if !isServiceAccount(req.UserInfo.Username) {
+	if !mayBeHost(req.UserInfo.Username) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
-		return admission.Allowed("cilium-fence: not a ServiceAccount")
+		return admission.Allowed("cilium-fence: not a ServiceAccount outside kube-system, so never a bound host")
 	}
 	// One deadline for everything the request reads, so a cache that is
 	// not synced yet cannot hold the API server's request until its own
@@ -158,9 +162,9 @@ func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request
 		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
 		return admission.Allowed("holder-epoch: only DELETE of Sandbox is checked")
 	}
-	if !isServiceAccount(req.UserInfo.Username) {
+	if !mayBeHost(req.UserInfo.Username) {
 		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
-		return admission.Allowed("holder-epoch: not a ServiceAccount")
+		return admission.Allowed("holder-epoch: not a ServiceAccount outside kube-system, so never a bound host")
 	}
 	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
 	defer cancel()

@@ -193,6 +193,14 @@ func TestCiliumHandler(t *testing.T) {
 		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`},
 		wantMetric: webhook.VerdictError,
 	}, {
+		// contract §8.7: kube-system is never a host, so the garbage
+		// collector is never routed here nor refused, whatever the
+		// configuration.
+		name:       "a missing FenceConfig never refuses the garbage collector's update (kube-system is never a host)",
+		req:        cnpRequest(t, admissionv1.Update, "system:serviceaccount:kube-system:generic-garbage-collector", cnp, tst.MakeCNP(claim).OwnerRefs().Obj()),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
 		name:       "a missing FenceConfig never refuses a human user",
 		req:        cnpRequest(t, admissionv1.Create, "alice@example.com", nil, cnp),
 		want:       verdict{Allowed: true},

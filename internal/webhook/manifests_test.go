@@ -66,8 +66,12 @@ func wantEntry(name, path string, rule admissionregistrationv1.RuleWithOperation
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
 				Values: []string{"kube-system", "kube-node-lease", "sandbox-fence-system"}}},
 		},
+		// contract §8.7: a bound host is a ServiceAccount outside kube-system;
+		// no human user and no controller of the cluster ever reaches the
+		// webhook, so a missing FenceConfig can block none of them.
 		MatchConditions: []admissionregistrationv1.MatchCondition{
 			{Name: "service-accounts-only", Expression: "request.userInfo.username.startsWith('system:serviceaccount:')"},
+			{Name: "not-kube-system", Expression: "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"},
 			{Name: "not-the-webhook-itself", Expression: "request.userInfo.username != 'system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook'"},
 		},
 		ServiceName: "sandbox-fence-webhook", ServiceNS: "sandbox-fence-system", ServicePort: 443, CABundleLeftForInjection: true,
