@@ -64,6 +64,9 @@ type Env struct {
 	// WebhookProcess stops and restarts the webhook when the provider runs
 	// it as a local process; nil otherwise (webhookproc.go).
 	WebhookProcess WebhookProcess
+	// APIServerProcess restarts kube-apiserver when the provider runs it as
+	// a local process; nil otherwise (apiserverproc.go).
+	APIServerProcess APIServerProcess
 	// Policies holds the shipped ValidatingAdmissionPolicies found on the
 	// cluster (filled by WaitForEnforcement); cases of a missing one skip.
 	Policies map[string]bool

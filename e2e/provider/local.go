@@ -166,6 +166,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 	}
 	l.Env.WebhookInstalled = true
 	l.Env.WebhookProcess = localWebhook{l: l}
+	l.Env.APIServerProcess = localAPIServer{l: l}
 	l.Logf("local: webhook serving on %s", base)
 	return nil
 }

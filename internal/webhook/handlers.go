@@ -76,7 +76,10 @@ func mayBeHost(username string) bool {
 }
 
 // CiliumHandler verifies the owner of a bound host's per-sandbox
-// CiliumNetworkPolicy (contract §4.4 items 1-3).
+// CiliumNetworkPolicy (contract §4.4 items 1-3). It also holds the fail-closed
+// duty while the FenceConfig is missing (contract §8.3): the policy then fences
+// nobody, so the webhook refuses the writes and deletes of every identity
+// that may be a host.
 type CiliumHandler struct {
 	Config ConfigSource
 	Owners admit.OwnerLookup
@@ -90,9 +93,9 @@ type CiliumHandler struct {
 func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	log := logf.FromContext(ctx).WithValues("rule", RuleCiliumOwner)
 	if req.Kind.Group != cnpGK.Group || req.Kind.Kind != cnpGK.Kind || req.SubResource != "" ||
-		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update && req.Operation != admissionv1.Delete) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
-		return admission.Allowed("cilium-fence: only CREATE and UPDATE of CiliumNetworkPolicy are checked")
+		return admission.Allowed("cilium-fence: only CREATE, UPDATE and DELETE of CiliumNetworkPolicy are checked")
 	}
 	if !mayBeHost(req.UserInfo.Username) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
@@ -106,13 +109,21 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	cfg, err := h.Config.get(lctx)
 	if err != nil {
 		// Without the configuration the webhook cannot tell a host from any
-		// other ServiceAccount; like the policy's parameterNotFoundAction
-		// Deny, it refuses rather than let a host through unverified. Only
-		// ServiceAccount writes of policies in fenced namespaces reach here.
+		// other ServiceAccount, and the policy (parameterNotFoundAction
+		// Allow, so that no controller is blocked) fences nobody: the
+		// webhook refuses rather than let a host through unchecked. Only
+		// policy writes and deletes by ServiceAccounts outside kube-system
+		// in fenced namespaces reach here.
 		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
 		h.Metrics.decision(RuleCiliumOwner, VerdictError)
 		return configDenial(ciliumFamily, cnpGK, req.Name, h.Config.Name, err,
-			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)")
+			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)")
+	}
+	if req.Operation == admissionv1.Delete {
+		// With the configuration read, the policy judges deletes (the name
+		// prefix and the host's namespaces, contract §4.3 rule 1).
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		return admission.Allowed("cilium-fence: deletes are judged by the ValidatingAdmissionPolicy")
 	}
 	if cfg.Spec.HostFor(req.UserInfo.Username) == nil {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)

@@ -132,6 +132,7 @@ func TestCiliumHandler(t *testing.T) {
 	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).Obj()
 	ownerName := "metadata.ownerReferences[0].name"
 	notFoundMsg := `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`
+	missingConfig := `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)`
 
 	cases := []struct {
 		name       string
@@ -190,7 +191,15 @@ func TestCiliumHandler(t *testing.T) {
 		name:       "a missing FenceConfig refuses a ServiceAccount's policy write and says what to do",
 		cache:      []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`},
+		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig},
+		wantMetric: webhook.VerdictError,
+	}, {
+		// While the FenceConfig is missing the policy fences nobody (it
+		// cannot tell hosts apart and must not block controllers); the
+		// webhook holds the fail-closed duty for deletes too (contract §8.3).
+		name:       "a missing FenceConfig refuses a ServiceAccount's policy DELETE",
+		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
+		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig},
 		wantMetric: webhook.VerdictError,
 	}, {
 		// contract §8.7: kube-system is never a host, so the garbage
@@ -198,6 +207,11 @@ func TestCiliumHandler(t *testing.T) {
 		// configuration.
 		name:       "a missing FenceConfig never refuses the garbage collector's update (kube-system is never a host)",
 		req:        cnpRequest(t, admissionv1.Update, "system:serviceaccount:kube-system:generic-garbage-collector", cnp, tst.MakeCNP(claim).OwnerRefs().Obj()),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:       "a missing FenceConfig never refuses the namespace controller's delete",
+		req:        cnpRequest(t, admissionv1.Delete, "system:serviceaccount:kube-system:namespace-controller", cnp, nil),
 		want:       verdict{Allowed: true},
 		wantMetric: webhook.VerdictSkipped,
 	}, {
@@ -212,7 +226,7 @@ func TestCiliumHandler(t *testing.T) {
 		want:       verdict{Allowed: true},
 		wantMetric: webhook.VerdictSkipped,
 	}, {
-		name:       "a DELETE of a policy is not this webhook's business",
+		name:       "with a FenceConfig, a bound host's DELETE is left to the policy, which judges it",
 		config:     cfg,
 		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
 		want:       verdict{Allowed: true},

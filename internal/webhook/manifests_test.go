@@ -86,6 +86,12 @@ func rule(group, version, resource string, ops ...admissionregistrationv1.Operat
 func TestShippedWebhookConfiguration(t *testing.T) {
 	cilium := wantEntry("cilium-egress.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
 		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Create, admissionregistrationv1.Update))
+	// The policy judges deletes; this entry refuses them only while the
+	// FenceConfig is missing (contract §8.3). Ignore, so that a webhook
+	// outage never blocks the removal of an allowance while the policy runs.
+	ciliumDelete := wantEntry("cilium-egress-delete.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
+		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Delete))
+	ciliumDelete.FailurePolicy = admissionregistrationv1.Ignore
 	del := wantEntry("sandbox-delete.fence.sandbox.namzu.ai", webhook.SandboxDeletePath,
 		rule("agents.x-k8s.io", "v1beta1", "sandboxes", admissionregistrationv1.Delete))
 	cases := []struct {
@@ -96,18 +102,18 @@ func TestShippedWebhookConfiguration(t *testing.T) {
 	}{{
 		// The default install never routes a Sandbox DELETE to the webhook:
 		// strict delete is off by default (contract §8.4).
-		name: "the default install routes only policy writes to the webhook",
+		name: "the default install routes only policy writes and deletes to the webhook",
 		dir:  "webhook",
-		want: []entry{cilium},
+		want: []entry{cilium, ciliumDelete},
 	}, {
 		name:       "the strict-delete component adds the Sandbox DELETE entry on its own path",
 		dir:        "webhook",
 		components: []string{"webhook/components/strict-delete"},
-		want:       []entry{cilium, del},
+		want:       []entry{cilium, ciliumDelete, del},
 	}, {
 		name: "the cert-manager overlay routes the same requests",
 		dir:  "webhook/overlays/cert-manager",
-		want: []entry{cilium},
+		want: []entry{cilium, ciliumDelete},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
