@@ -79,14 +79,17 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
 			"FenceConfig/sandbox-fence",
 			"ValidatingAdmissionPolicy/sandbox-fence-cilium-egress",
+			"ValidatingAdmissionPolicy/sandbox-fence-cilium-owner",
 			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch",
 			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch-repair",
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-egress-binding",
+			"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-owner-binding",
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-binding",
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-repair-binding",
 		},
 		Bindings: map[string][2]string{
 			"sandbox-fence-cilium-egress-binding":       {"sandbox-fence-cilium-egress", "sandbox-fence"},
+			"sandbox-fence-cilium-owner-binding":        {"sandbox-fence-cilium-owner", ""},
 			"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
 			"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "sandbox-fence"},
 		},
@@ -121,14 +124,17 @@ func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
 			"FenceConfig/acme-sandbox-fence",
 			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-egress",
+			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-owner",
 			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch",
 			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch-repair",
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-cilium-egress-binding",
+			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-cilium-owner-binding",
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-binding",
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-repair-binding",
 		},
 		Bindings: map[string][2]string{
 			"acme-sandbox-fence-cilium-egress-binding":       {"acme-sandbox-fence-cilium-egress", "acme-sandbox-fence"},
+			"acme-sandbox-fence-cilium-owner-binding":        {"acme-sandbox-fence-cilium-owner", ""},
 			"acme-sandbox-fence-holder-epoch-binding":        {"acme-sandbox-fence-holder-epoch", ""},
 			"acme-sandbox-fence-holder-epoch-repair-binding": {"acme-sandbox-fence-holder-epoch-repair", "acme-sandbox-fence"},
 		},
@@ -155,6 +161,7 @@ func TestKustomizePatchRenamesReferences(t *testing.T) {
 `)))
 	want := map[string][2]string{
 		"sandbox-fence-cilium-egress-binding":       {"egress-fence", "fence-config"},
+		"sandbox-fence-cilium-owner-binding":        {"sandbox-fence-cilium-owner", ""},
 		"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
 		"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "fence-config"},
 	}

@@ -26,8 +26,9 @@ import (
 // and deletes in opted-in namespaces, where it fails closed for everyone
 // (the controllers retry; docs/install.md). Operators, other namespaces,
 // ordinary Sandbox writes and every claim and Sandbox delete must go
-// through, and the holder-epoch rule (no params) must hold. The repair rule
-// lapses (failurePolicy Ignore, its explicit choice).
+// through, and the rules without params (holder-epoch, the orphan rule)
+// must hold. The repair rule lapses (failurePolicy Ignore, its explicit
+// choice).
 func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 	var resources []vapeval.Resource
 	for _, r := range vapeval.Resources {
@@ -87,6 +88,7 @@ func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 		return vapeval.Request{Operation: admission.Delete, Kind: claimGVK, Resource: claimGVR, Namespace: "sbx", Name: "claim-1", OldObject: c, User: as, Options: opts}
 	}
 	epochAnns := func(e string) map[string]string { return map[string]string{fence.AnnotationHolderEpoch: e} }
+	orphan := metav1.DeletePropagationOrphan
 
 	tests := []struct {
 		name string
@@ -107,6 +109,7 @@ func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 		{"the namespace controller's Sandbox delete is admitted", installed, sandboxDelete(nsController, epochAnns("5"), &metav1.DeleteOptions{}), ""},
 		{"the namespace controller's claim delete is admitted", installed, claimDelete(nsController, &metav1.DeleteOptions{}), ""},
 		{"the host's unconditional delete of a fenced Sandbox is admitted", installed, sandboxDelete(host, epochAnns("5"), &metav1.DeleteOptions{}), ""},
+		{"the host's orphaning delete is still refused: the orphan rule reads no configuration", installed, claimDelete(host, &metav1.DeleteOptions{PropagationPolicy: &orphan}), "would orphan the dependents"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,6 +46,7 @@ func typeCheckAll(t *testing.T, crds []*apiextensionsv1.CustomResourceDefinition
 func TestTypeCheckOwnCRDs(t *testing.T) {
 	typeCheckAll(t, loadCRDs(t,
 		"../config/crd/testdata/agents.x-k8s.io_sandboxes.yaml",
+		"../config/crd/testdata/extensions.agents.x-k8s.io_sandboxclaims.yaml",
 		"../config/crd/testdata/cilium.io_ciliumnetworkpolicies.yaml",
 		"../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
 }
@@ -61,8 +62,9 @@ func TestTypeCheckUpstreamCRDs(t *testing.T) {
 	if _, err := os.Stat(sandboxes); err != nil {
 		t.Skipf("upstream agent-sandbox CRDs not found (set SANDBOX_FENCE_UPSTREAM_CRDS): %v", err)
 	}
+	claims := filepath.Join(dir, "agent-sandbox", "extensions.agents.x-k8s.io_sandboxclaims.yaml")
 	cilium := ciliumCRD(t)
-	typeCheckAll(t, loadCRDs(t, sandboxes, cilium, "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
+	typeCheckAll(t, loadCRDs(t, sandboxes, claims, cilium, "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
 }
 
 // ciliumCRD finds Cilium's own CRD in the module cache without making

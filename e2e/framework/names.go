@@ -64,4 +64,5 @@ const (
 	PolicyHolderEpoch       = "sandbox-fence-holder-epoch"
 	PolicyHolderEpochRepair = "sandbox-fence-holder-epoch-repair"
 	PolicyCiliumEgress      = "sandbox-fence-cilium-egress"
+	PolicyCiliumOwner       = "sandbox-fence-cilium-owner"
 )

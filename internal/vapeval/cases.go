@@ -156,6 +156,7 @@ var Resources = []Resource{
 	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1alpha1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}, Resource: "sandboxclaims", Namespaced: true},
+	{GVK: schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1alpha1", Kind: "SandboxClaim"}, Resource: "sandboxclaims", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}, Resource: "ciliumnetworkpolicies", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "fence.sandbox.namzu.ai", Version: "v1alpha1", Kind: "FenceConfig"}, Resource: "fenceconfigs"},
 }
