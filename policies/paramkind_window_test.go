@@ -28,7 +28,8 @@ import (
 // ordinary Sandbox writes and every claim and Sandbox delete must go
 // through, and the rules without params (holder-epoch, the orphan rule)
 // must hold. The repair rule lapses (failurePolicy Ignore, its explicit
-// choice).
+// choice). Strict delete, once an admin binds it, fails closed for Sandbox
+// and claim deletes in opted-in namespaces.
 func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 	var resources []vapeval.Resource
 	for _, r := range vapeval.Resources {
@@ -36,14 +37,24 @@ func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 			resources = append(resources, r)
 		}
 	}
-	installed, err := vapeval.Start(context.Background(), vapeval.Env{
-		Policies: loadBundle(t), Params: []*unstructured.Unstructured{defaultParams(t)},
-		Namespaces: namespaces(t), Resources: resources,
-	})
-	if err != nil {
-		t.Fatal(err)
+	start := func(t *testing.T, optIn bool) *vapeval.Harness {
+		var bundle []*vapeval.PolicyDir
+		for _, p := range loadBundle(t) {
+			if !p.OptIn || optIn {
+				bundle = append(bundle, p)
+			}
+		}
+		h, err := vapeval.Start(context.Background(), vapeval.Env{
+			Policies: bundle, Params: []*unstructured.Unstructured{defaultParams(t)},
+			Namespaces: namespaces(t), Resources: resources,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		return h
 	}
-	t.Cleanup(installed.Stop)
+	installed, withStrictDelete := start(t, false), start(t, true)
 
 	host := &user.DefaultInfo{Name: hostUser}
 	operator := &user.DefaultInfo{Name: "alice", Groups: []string{"system:authenticated"}}
@@ -108,8 +119,10 @@ func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 		{"the garbage collector's policy delete in an opted-in namespace fails closed too, and is retried", installed, cnpDelete(gc, "sbx"), "failed to configure policy"},
 		{"the namespace controller's Sandbox delete is admitted", installed, sandboxDelete(nsController, epochAnns("5"), &metav1.DeleteOptions{}), ""},
 		{"the namespace controller's claim delete is admitted", installed, claimDelete(nsController, &metav1.DeleteOptions{}), ""},
-		{"the host's unconditional delete of a fenced Sandbox is admitted", installed, sandboxDelete(host, epochAnns("5"), &metav1.DeleteOptions{}), ""},
+		{"the host's unconditional delete of a fenced Sandbox is admitted while strict delete is not bound", installed, sandboxDelete(host, epochAnns("5"), &metav1.DeleteOptions{}), ""},
 		{"the host's orphaning delete is still refused: the orphan rule reads no configuration", installed, claimDelete(host, &metav1.DeleteOptions{PropagationPolicy: &orphan}), "would orphan the dependents"},
+		{"with strict delete bound, the namespace controller's Sandbox delete fails closed, and is retried", withStrictDelete, sandboxDelete(nsController, epochAnns("5"), &metav1.DeleteOptions{}), "failed to configure policy"},
+		{"with strict delete bound, the host's claim delete fails closed", withStrictDelete, claimDelete(host, &metav1.DeleteOptions{}), "failed to configure policy"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

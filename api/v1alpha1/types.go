@@ -60,9 +60,11 @@ type FenceConfigSpec struct {
 	// (contract §8.5). Never a host: the schema refuses a username listed in both.
 	BreakGlass BreakGlass `json:"breakGlass,omitempty"`
 
-	// StrictDelete makes the webhook refuse a bound host's DELETE of a
-	// Sandbox whose stored epoch is above 0 unless it carries
-	// preconditions.resourceVersion (contract §8.4). Off by default.
+	// StrictDelete, with the binding of config/vap/components/strict-delete,
+	// makes the ValidatingAdmissionPolicy sandbox-fence-strict-delete refuse
+	// a bound host's DELETE of a Sandbox whose stored epoch is above 0, and
+	// of any SandboxClaim, unless it carries preconditions.resourceVersion
+	// (contract §8.4). Off by default.
 	StrictDelete bool `json:"strictDelete,omitempty"`
 
 	// UniqueOwnerLabel makes the webhook refuse a per-sandbox policy whose

@@ -1,6 +1,7 @@
 // Command webhook serves sandbox-fence's validating admission webhook: the
-// checks of contract §4.4 items 1-3 and strict delete (contract §8.4), which need the
-// live state of other objects and so cannot be ValidatingAdmissionPolicies.
+// checks of contract §4.4 items 1-3, which need the live state of other
+// objects and so cannot be ValidatingAdmissionPolicies, and the refusal of
+// bound hosts while the FenceConfig is missing (contract §8.3).
 // It is wiring only; the rules are in internal/admit and the admission
 // handlers in internal/webhook.
 package main
@@ -122,9 +123,6 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		Owners:        &webhook.OwnerLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Metrics: m},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
-	}})
-	srv.Register(webhook.SandboxDeletePath, &admission.Webhook{Handler: &webhook.SandboxDeleteHandler{
-		Config: cfg, LookupTimeout: o.lookupTimeout, Metrics: m,
 	}})
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -162,6 +162,11 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 	} else if ok {
 		ms = append(ms, e.CiliumOwnerMarker())
 	}
+	if ok, err := exists(PolicyStrictDelete); err != nil {
+		return nil, err
+	} else if !ok {
+		logMissing(PolicyStrictDelete)
+	}
 	for _, p := range []string{PolicyHolderEpoch, PolicyCiliumEgress, PolicyCiliumOwner} {
 		if !e.Policies[p] {
 			logMissing(p)
@@ -191,7 +196,7 @@ const AllowPartialEnv = "E2E_ALLOW_PARTIAL"
 // E2E_ALLOW_PARTIAL=1 says the cluster deliberately runs a partial bundle.
 func (e *Env) RequireComplete() error {
 	var missing []string
-	for _, p := range []string{PolicyHolderEpoch, PolicyHolderEpochRepair, PolicyCiliumEgress, PolicyCiliumOwner} {
+	for _, p := range []string{PolicyHolderEpoch, PolicyHolderEpochRepair, PolicyCiliumEgress, PolicyCiliumOwner, PolicyStrictDelete} {
 		if !e.Policies[p] {
 			missing = append(missing, "ValidatingAdmissionPolicy "+p)
 		}

@@ -65,4 +65,7 @@ const (
 	PolicyHolderEpochRepair = "sandbox-fence-holder-epoch-repair"
 	PolicyCiliumEgress      = "sandbox-fence-cilium-egress"
 	PolicyCiliumOwner       = "sandbox-fence-cilium-owner"
+	// PolicyStrictDelete is installed without a binding; the strict-delete
+	// component adds it (contract §8.4).
+	PolicyStrictDelete = "sandbox-fence-strict-delete"
 )

@@ -246,9 +246,6 @@ func (w *ConfigWrapper) NoHosts() *ConfigWrapper { w.c.Spec.Hosts = nil; return 
 // LabelKey sets spec.perSandboxLabelKey.
 func (w *ConfigWrapper) LabelKey(k string) *ConfigWrapper { w.c.Spec.PerSandboxLabelKey = k; return w }
 
-// StrictDelete sets spec.strictDelete.
-func (w *ConfigWrapper) StrictDelete() *ConfigWrapper { w.c.Spec.StrictDelete = true; return w }
-
 // UniqueOwnerLabel sets spec.uniqueOwnerLabel.
 func (w *ConfigWrapper) UniqueOwnerLabel() *ConfigWrapper { w.c.Spec.UniqueOwnerLabel = true; return w }
 

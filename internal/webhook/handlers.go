@@ -26,30 +26,21 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 )
 
-// Paths the handlers are served on.
-const (
-	CiliumEgressPath  = "/validate-cilium-egress"
-	SandboxDeletePath = "/validate-sandbox-delete"
-)
+// CiliumEgressPath is the path the handler is served on.
+const CiliumEgressPath = "/validate-cilium-egress"
 
-// Message prefixes (contract §8.1): the rule family, so a client can tell which
-// fence refused it.
-const (
-	ciliumFamily = "cilium-fence"
-	epochFamily  = "holder-epoch"
-)
+// ciliumFamily is the message prefix (contract §8.1): the rule family, so a
+// client can tell which fence refused it.
+const ciliumFamily = "cilium-fence"
 
 // DefaultLookupTimeout bounds the owner lookups of one request; it is below
 // the webhook's timeoutSeconds (5) so the webhook answers with its own clear
 // message instead of the API server timing it out.
 const DefaultLookupTimeout = 3 * time.Second
 
-var (
-	cnpGK     = schema.GroupKind{Group: "cilium.io", Kind: "CiliumNetworkPolicy"}
-	sandboxGK = schema.GroupKind{Group: "agents.x-k8s.io", Kind: "Sandbox"}
-)
+var cnpGK = schema.GroupKind{Group: "cilium.io", Kind: "CiliumNetworkPolicy"}
 
-// ConfigSource reads the FenceConfig both rules are driven by.
+// ConfigSource reads the FenceConfig the rules are driven by.
 type ConfigSource struct {
 	// Reader is the manager's cache.
 	Reader client.Reader
@@ -152,67 +143,6 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		log.Info("admitted with warnings", "warnings", warnings)
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
-}
-
-// SandboxDeleteHandler enforces strict delete (contract §8.4). It is only
-// reached when the strict-delete component routes Sandbox DELETEs here, and
-// it refuses only when spec.strictDelete is set too.
-type SandboxDeleteHandler struct {
-	Config ConfigSource
-	// LookupTimeout bounds the FenceConfig read (DefaultLookupTimeout when
-	// zero).
-	LookupTimeout time.Duration
-	Metrics       *Metrics
-}
-
-// Handle implements admission.Handler.
-func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	log := logf.FromContext(ctx).WithValues("rule", RuleStrictDelete)
-	if req.Kind.Group != sandboxGK.Group || req.Kind.Kind != sandboxGK.Kind || req.SubResource != "" ||
-		req.Operation != admissionv1.Delete {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
-		return admission.Allowed("holder-epoch: only DELETE of Sandbox is checked")
-	}
-	if !mayBeHost(req.UserInfo.Username) {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
-		return admission.Allowed("holder-epoch: not a ServiceAccount outside kube-system, so never a bound host")
-	}
-	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
-	defer cancel()
-	cfg, err := h.Config.get(lctx)
-	if apierrors.IsNotFound(err) {
-		// Strict delete is configuration; with no configuration it is off,
-		// as contract §8.4 makes it by default.
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
-		return admission.Allowed("holder-epoch: no FenceConfig, strict delete is off")
-	}
-	if err != nil {
-		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
-		h.Metrics.decision(RuleStrictDelete, VerdictError)
-		return configDenial(epochFamily, sandboxGK, req.Name, h.Config.Name, err,
-			"strict delete is off without one") // unreachable: not found is admitted above
-	}
-	if !cfg.Spec.StrictDelete || cfg.Spec.HostFor(req.UserInfo.Username) == nil {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
-		return admission.Allowed("holder-epoch: strict delete is off or the requester is not a bound host")
-	}
-	// A stored object that cannot be read is passed as nil, which the rule
-	// treats like a malformed epoch (fail closed).
-	old, _ := decodeObject(req.OldObject.Raw)
-	var opts *metav1.DeleteOptions
-	if len(req.Options.Raw) > 0 {
-		o := &metav1.DeleteOptions{}
-		if json.Unmarshal(req.Options.Raw, o) == nil {
-			opts = o
-		}
-	}
-	if errs := admit.ValidateSandboxDelete(&cfg.Spec, old, opts); len(errs) > 0 {
-		log.Info("denied", "errors", errs.ToAggregate().Error())
-		h.Metrics.decision(RuleStrictDelete, VerdictDenied)
-		return denial(epochFamily, sandboxGK, req.Name, errs, nil)
-	}
-	h.Metrics.decision(RuleStrictDelete, VerdictAllowed)
-	return admission.Allowed("")
 }
 
 func orDefault(d time.Duration) time.Duration {

@@ -92,24 +92,17 @@ func TestShippedWebhookConfiguration(t *testing.T) {
 	ciliumDelete := wantEntry("cilium-egress-delete.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
 		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Delete))
 	ciliumDelete.FailurePolicy = admissionregistrationv1.Ignore
-	del := wantEntry("sandbox-delete.fence.sandbox.namzu.ai", webhook.SandboxDeletePath,
-		rule("agents.x-k8s.io", "v1beta1", "sandboxes", admissionregistrationv1.Delete))
 	cases := []struct {
 		name       string
 		dir        string
 		components []string
 		want       []entry
 	}{{
-		// The default install never routes a Sandbox DELETE to the webhook:
-		// strict delete is off by default (contract §8.4).
+		// No Sandbox or claim request ever reaches the webhook: strict
+		// delete is a ValidatingAdmissionPolicy (contract §8.4).
 		name: "the default install routes only policy writes and deletes to the webhook",
 		dir:  "webhook",
 		want: []entry{cilium, ciliumDelete},
-	}, {
-		name:       "the strict-delete component adds the Sandbox DELETE entry on its own path",
-		dir:        "webhook",
-		components: []string{"webhook/components/strict-delete"},
-		want:       []entry{cilium, ciliumDelete, del},
 	}, {
 		name: "the cert-manager overlay routes the same requests",
 		dir:  "webhook/overlays/cert-manager",

@@ -12,11 +12,8 @@ const (
 	LookupSecondsMetric = "sandbox_fence_webhook_owner_lookup_duration_seconds"
 )
 
-// Rule labels of the decisions counter.
-const (
-	RuleCiliumOwner  = "cilium-owner"
-	RuleStrictDelete = "strict-delete"
-)
+// RuleCiliumOwner is the rule label of the decisions counter.
+const RuleCiliumOwner = "cilium-owner"
 
 // Verdict labels of the decisions counter.
 const (
@@ -28,7 +25,7 @@ const (
 	// FenceConfig, an owner lookup) could not be read; fails closed.
 	VerdictError = "error"
 	// VerdictSkipped: the request is outside the rule (not a bound host,
-	// another kind or operation, strict delete off).
+	// another kind or operation, a delete the policy judges).
 	VerdictSkipped = "skipped"
 )
 

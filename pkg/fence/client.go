@@ -262,6 +262,72 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 	}
 }
 
+// DeleteClaim deletes a SandboxClaim, and with it (garbage collection) the
+// Sandbox the claim owns. With an epoch it is the fenced claim DELETE that
+// strict delete requires (contract §8.4): it reads the claim and the
+// Sandboxes the claim owns, refuses locally, sending nothing, when one's
+// stored epoch is above the held one or malformed, and DELETEs the claim
+// with preconditions.resourceVersion of that read; on a 409 it reads,
+// checks and retries, three attempts at most. A claim already gone counts
+// as deleted. The precondition ties the DELETE to the claim the check
+// read; the Sandbox's epoch is checked here only, since the server cannot
+// see it from the claim (contract §7).
+func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch *uint64) error {
+	claims := c.dyn.Resource(SandboxClaimGVR).Namespace(namespace)
+	what := "sandbox claim " + namespace + "/" + name
+	if epoch == nil {
+		err := claims.Delete(ctx, name, metav1.DeleteOptions{})
+		if err == nil || isGone(err) {
+			return nil
+		}
+		return classify(err, "delete "+what)
+	}
+	for attempt := 1; ; attempt++ {
+		claim, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if isGone(err) {
+			return nil
+		}
+		if err != nil {
+			return classify(err, "read "+what)
+		}
+		rv := claim.GetResourceVersion()
+		if rv == "" {
+			return fmt.Errorf("delete %s: the read carries no resourceVersion; refusing an unconditional DELETE", what)
+		}
+		sandboxes, err := c.sandboxes(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return classify(err, "list the sandboxes of "+what)
+		}
+		for i := range sandboxes.Items {
+			s := &sandboxes.Items[i]
+			if !ownedBy(s, claim.GetUID()) {
+				continue
+			}
+			if err := ReadHolderEpoch(s).check("sandbox "+namespace+"/"+s.GetName()+" of "+what, *epoch); err != nil {
+				return err
+			}
+		}
+		err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		switch {
+		case err == nil || isGone(err):
+			return nil
+		case !apierrors.IsConflict(err):
+			return classify(err, "delete "+what)
+		case attempt == maxAttempts:
+			return fmt.Errorf("delete %s: the object kept changing for %d attempts: %w", what, maxAttempts, classify(err, ""))
+		}
+	}
+}
+
+func ownedBy(obj *unstructured.Unstructured, uid types.UID) bool {
+	for _, r := range obj.GetOwnerReferences() {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
 // ApplyEgress writes the per-sandbox policy of in (contract §4.1): POST, on 409 a
 // merge PATCH of the same full body, then a read-back that must equal what
 // was written. The first call checks the fence is installed (CheckEgressFence).
