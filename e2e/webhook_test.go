@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -140,4 +141,67 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 			framework.ExpectDenied(t, tc.name, err, webhookSuffix, "cilium-fence:", tc.want)
 		})
 	}
+}
+
+// With spec.uniqueOwnerLabel set, no other claim or Sandbox in the namespace
+// may carry the owner's label value (contract §4.4 item 3). A claim's one
+// adopted Sandbox inherits its label and is the same sandbox; a second
+// Sandbox owned by the same claim is not, however it got its owner
+// reference. Before the fix every object owned by the claim was skipped,
+// so the host's two Sandboxes shared one egress allowance.
+func TestUniqueOwnerLabelCountsASecondSandboxOfTheSameClaim(t *testing.T) {
+	requireWebhook(t)
+	ctx := testContext(t)
+	ns := env.HostNamespace
+	key := fence.DefaultPerSandboxLabelKey
+	setUniqueOwnerLabel(t)
+	claim := hostClaim(t)
+	ownedByClaim := func(n string) *unstructured.Unstructured {
+		s := framework.MakeSandbox(ns, n).PodLabel(key, claim.GetName()).Obj()
+		s.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: claim.GetAPIVersion(), Kind: claim.GetKind(), Name: claim.GetName(), UID: claim.GetUID()}})
+		return mustCreate(t, env.Host, framework.SandboxGVR, s)
+	}
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(ns)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+
+	first, second := ownedByClaim(name("adopted")), ownedByClaim(name("second"))
+	// The uniqueness check reads the webhook's cache: poll until it has both.
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "two Sandboxes of the claim refused", func(ctx context.Context) (bool, string, error) {
+		_, err := policies.Create(ctx, cnp, dryRun)
+		v := framework.VerdictOf(err)
+		return v.DeniedBy(webhookSuffix, "cilium-fence:", "Sandbox/"+first.GetName(), "Sandbox/"+second.GetName()) == nil, v.String(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With the second one gone, the claim's one Sandbox is the same sandbox.
+	if err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(ns).Delete(ctx, second.GetName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "the claim's one Sandbox admitted", func(ctx context.Context) (bool, string, error) {
+		_, err := policies.Create(ctx, cnp, dryRun)
+		return err == nil, framework.VerdictOf(err).String(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setUniqueOwnerLabel sets FenceConfig spec.uniqueOwnerLabel for the test
+// and restores the default install when it ends.
+func setUniqueOwnerLabel(t *testing.T) {
+	t.Helper()
+	configs := env.Admin.Dynamic.Resource(framework.FenceConfigGVR)
+	if _, err := configs.Patch(testContext(t), fencev1.DefaultConfigName, types.MergePatchType, []byte(`{"spec":{"uniqueOwnerLabel":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := configs.Patch(context.Background(), fencev1.DefaultConfigName, types.MergePatchType, []byte(`{"spec":{"uniqueOwnerLabel":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("restore FenceConfig spec.uniqueOwnerLabel: %v", err)
+		}
+	})
 }
