@@ -125,10 +125,12 @@ func (w *ObjectWrapper) Kind(apiVersion, kind string) *ObjectWrapper {
 	return w
 }
 
-// Deleting sets metadata.deletionTimestamp.
+// Deleting sets metadata.deletionTimestamp and a finalizer: an object
+// being deleted exists only while a finalizer holds it.
 func (w *ObjectWrapper) Deleting() *ObjectWrapper {
 	now := metav1.Unix(1785574800, 0)
 	w.u.SetDeletionTimestamp(&now)
+	w.u.SetFinalizers(append(w.u.GetFinalizers(), "sandbox-fence.test/hold"))
 	return w
 }
 

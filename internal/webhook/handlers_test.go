@@ -145,12 +145,52 @@ func TestCiliumHandler(t *testing.T) {
 		wantLive   int
 		wantMetric string
 	}{{
-		name:       "the host's policy whose claim is in the cache is admitted without a live read",
+		name:       "the host's policy whose claim is in the cache and live is admitted after a live read",
 		config:     cfg,
 		cache:      []client.Object{claim},
+		live:       []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want:       verdict{Allowed: true},
+		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
+	}, {
+		// The cache lags the API server: a hit that would admit is
+		// confirmed live, so an owner whose deletion began a moment ago is
+		// refused even before its watch event arrives (contract §4.4 item 1).
+		name:     "a cached owner the API server already shows as deleting is refused",
+		config:   cfg,
+		cache:    []client.Object{claim},
+		live:     []client.Object{tst.MakeClaim("a").Deleting().Obj()},
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		wantLive: 1,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
+				Message: `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:     "a cached owner the API server already shows without its pod label is refused",
+		config:   cfg,
+		cache:    []client.Object{claim},
+		live:     []client.Object{tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj()},
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		wantLive: 1,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: ownerName,
+				Message: `Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:   "a cached owner already deleting is refused without a live read: a deletion never reverses",
+		config: cfg,
+		cache:  []client.Object{tst.MakeClaim("a").Deleting().Obj()},
+		live:   []client.Object{claim},
+		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
+				Message: `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:       "a claim created a moment ago, not yet in the cache, is found by a live read",
 		config:     cfg,
@@ -279,10 +319,12 @@ func TestCiliumHandler(t *testing.T) {
 				Message: `Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
-		name:   "a suspicious but valid write is admitted with a warning",
-		config: cfg,
-		cache:  []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()},
-		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		name:     "a suspicious but valid write is admitted with a warning",
+		config:   cfg,
+		cache:    []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()},
+		live:     []client.Object{claim},
+		wantLive: 1,
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want: verdict{Allowed: true, Warnings: []string{
 			"cilium-fence: spec.endpointSelector.matchLabels[sandbox.namzu.ai/per-sandbox-egress]: the pod label sandbox.namzu.ai/per-sandbox-egress=a is also carried by SandboxClaim/b, whose pods this policy would also let out; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"}},
 		wantMetric: webhook.VerdictAllowed,
