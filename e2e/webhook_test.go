@@ -3,15 +3,22 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/rest"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -188,4 +195,51 @@ func setUniqueOwnerLabel(t *testing.T) {
 			t.Errorf("restore FenceConfig spec.uniqueOwnerLabel: %v", err)
 		}
 	})
+}
+
+// kubectl prints only the causes of a 422 that carries them (The <kind>
+// "<name>" is invalid: <field>: <cause>) and drops the message: each cause
+// must say which rule family refused the write, and that it was a denial
+// (contract §8.1). Checked through the kubectl this suite builds, as the
+// host. Before the fix the output named neither.
+func TestKubectlShowsTheRuleFamilyOfAWebhookDenial(t *testing.T) {
+	requireWebhook(t)
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, name("ghost"), string(uuid.NewUUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := cnp.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kubectlAs(t, env.Host, body, "create", "-f", "-")
+	if err == nil {
+		t.Fatalf("kubectl create of a policy for an invented owner succeeded:\n%s", out)
+	}
+	for _, want := range []string{
+		`The CiliumNetworkPolicy "` + cnp.GetName() + `" is invalid`,
+		"metadata.ownerReferences[0].name: cilium-fence: denied by the sandbox-fence webhook: Not found",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// kubectlAs runs the suite's kubectl as id with stdin, and returns its
+// combined output.
+func kubectlAs(t *testing.T, id *framework.Identity, stdin []byte, args ...string) (string, error) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig, map[string]*rest.Config{id.Name: id.Config}, id.Name); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(testContext(t), filepath.Join(root, "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -209,11 +209,22 @@ func decodeOwnerReferences(raw []byte) (*unstructured.Unstructured, error) {
 
 // denial is a 422 Invalid (contract §8.1: never 403, which a host reads as
 // missing RBAC) whose details.causes carry the field paths. The message
-// starts with the rule family.
+// starts with the rule family, and so does every cause: for a 422 with
+// causes kubectl prints only `The <kind> "<name>" is invalid: <field>:
+// <cause>` and drops the message, so each cause says itself which family
+// refused the request and that it was a denial.
 func denial(family string, gk schema.GroupKind, name string, errs field.ErrorList, warnings []string) admission.Response {
 	st := apierrors.NewInvalid(gk, name, errs).Status()
 	st.Message = family + ": " + st.Message
+	for i := range st.Details.Causes {
+		st.Details.Causes[i].Message = deniedPrefix(family) + st.Details.Causes[i].Message
+	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st, Warnings: warnings}}
+}
+
+// deniedPrefix opens the message of every cause of a denial.
+func deniedPrefix(family string) string {
+	return family + ": denied by the sandbox-fence webhook: "
 }
 
 // configDenial answers a request the webhook could not check because its
@@ -232,12 +243,18 @@ func configDenial(family string, gk schema.GroupKind, name, configName string, e
 		}
 		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
 	}
+	msg := fmt.Sprintf("FenceConfig %q not found; %s", configName, whenMissing)
 	st := metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusUnprocessableEntity,
 		Reason:  metav1.StatusReasonInvalid,
-		Message: fmt.Sprintf("%s: FenceConfig %q not found; %s", family, configName, whenMissing),
-		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name},
+		Message: family + ": " + msg,
+		// A 422 with a kind and a name but no cause prints in kubectl as
+		// `The <kind> "<name>" is invalid` and nothing else: the cause
+		// carries the reason.
+		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name, Causes: []metav1.StatusCause{{
+			Type: metav1.CauseTypeFieldValueNotFound, Message: deniedPrefix(family) + msg,
+		}}},
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
 }

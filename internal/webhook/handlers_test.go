@@ -132,7 +132,13 @@ func TestCiliumHandler(t *testing.T) {
 	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).Obj()
 	ownerName := "metadata.ownerReferences[0].name"
 	notFoundMsg := `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`
+	// kubectl prints only the causes of a 422 (The X "n" is invalid:
+	// <field>: <message>), so each carries the family and says it was a
+	// denial (contract §8.1).
+	const denied = "cilium-fence: denied by the sandbox-fence webhook: "
 	missingConfig := `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)`
+	missingConfigCauses := []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound,
+		Message: `cilium-fence: denied by the sandbox-fence webhook: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)`}}
 
 	cases := []struct {
 		name       string
@@ -166,7 +172,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
-				Message: `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:     "a cached owner the API server already shows without its pod label is refused",
@@ -178,7 +184,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: ownerName,
-				Message: `Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`}}},
+				Message: denied + `Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:   "a cached owner already deleting is refused without a live read: a deletion never reverses",
@@ -189,7 +195,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
-				Message: `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:       "a claim created a moment ago, not yet in the cache, is found by a live read",
@@ -215,7 +221,7 @@ func TestCiliumHandler(t *testing.T) {
 		wantLive: 1,
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
-				Message: `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:      "a live read that does not answer in time fails closed with a timeout message",
@@ -225,13 +231,13 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeInternal, Field: ownerName,
-				Message: `Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`}}},
+				Message: denied + `Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`}}},
 		wantMetric: webhook.VerdictError,
 	}, {
 		name:       "a missing FenceConfig refuses a ServiceAccount's policy write and says what to do",
 		cache:      []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig},
+		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig, Causes: missingConfigCauses},
 		wantMetric: webhook.VerdictError,
 	}, {
 		// While the FenceConfig is missing the policy fences nobody (it
@@ -239,12 +245,9 @@ func TestCiliumHandler(t *testing.T) {
 		// webhook holds the fail-closed duty for deletes too (contract §8.3).
 		name:       "a missing FenceConfig refuses a ServiceAccount's policy DELETE",
 		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
-		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig},
+		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig, Causes: missingConfigCauses},
 		wantMetric: webhook.VerdictError,
 	}, {
-		// contract §8.7: kube-system is never a host, so the garbage
-		// collector is never routed here nor refused, whatever the
-		// configuration.
 		name:       "a missing FenceConfig never refuses the garbage collector's update (kube-system is never a host)",
 		req:        cnpRequest(t, admissionv1.Update, "system:serviceaccount:kube-system:generic-garbage-collector", cnp, tst.MakeCNP(claim).OwnerRefs().Obj()),
 		want:       verdict{Allowed: true},
@@ -292,7 +295,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: object: Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: "object",
-				Message: `Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`}}},
+				Message: denied + `Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:   "a policy without owner is refused by field, not by a panic",
@@ -301,7 +304,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences: Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "metadata.ownerReferences",
-				Message: "Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to"}}},
+				Message: denied + "Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to"}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:   "the owner is looked up in the request's namespace, whatever the body says",
@@ -316,7 +319,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
-				Message: `Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`}}},
+				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:     "a suspicious but valid write is admitted with a warning",
