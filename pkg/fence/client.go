@@ -227,39 +227,9 @@ func patchBody(in PatchInput) (types.PatchType, []byte, error) {
 // 409, three attempts at most. A Sandbox already gone counts as deleted.
 func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint64) error {
 	what := "sandbox " + namespace + "/" + name
-	if epoch == nil {
-		err := c.sandboxes(namespace).Delete(ctx, name, metav1.DeleteOptions{})
-		if err == nil || isGone(err) {
-			return nil
-		}
-		return classify(err, "delete "+what)
-	}
-	for attempt := 1; ; attempt++ {
-		obj, err := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
-		if isGone(err) {
-			return nil
-		}
-		if err != nil {
-			return classify(err, "read "+what)
-		}
-		read := ReadHolderEpoch(obj)
-		if err := read.check(what, *epoch); err != nil {
-			return err
-		}
-		if read.ResourceVersion == "" {
-			return fmt.Errorf("delete %s: the read carries no resourceVersion; refusing an unconditional DELETE", what)
-		}
-		rv := read.ResourceVersion
-		err = c.sandboxes(namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
-		switch {
-		case err == nil || isGone(err):
-			return nil
-		case !apierrors.IsConflict(err):
-			return classify(err, "delete "+what)
-		case attempt == maxAttempts:
-			return fmt.Errorf("delete %s: the object kept changing for %d attempts: %w", what, maxAttempts, classify(err, ""))
-		}
-	}
+	return fencedDelete(ctx, c.sandboxes(namespace), name, what, epoch, func(obj *unstructured.Unstructured) error {
+		return ReadHolderEpoch(obj).check(what, *epoch)
+	})
 }
 
 // DeleteClaim deletes a SandboxClaim, and with it (garbage collection) the
@@ -273,27 +243,8 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 // read; the Sandbox's epoch is checked here only, since the server cannot
 // see it from the claim (contract §7).
 func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch *uint64) error {
-	claims := c.dyn.Resource(SandboxClaimGVR).Namespace(namespace)
 	what := "sandbox claim " + namespace + "/" + name
-	if epoch == nil {
-		err := claims.Delete(ctx, name, metav1.DeleteOptions{})
-		if err == nil || isGone(err) {
-			return nil
-		}
-		return classify(err, "delete "+what)
-	}
-	for attempt := 1; ; attempt++ {
-		claim, err := claims.Get(ctx, name, metav1.GetOptions{})
-		if isGone(err) {
-			return nil
-		}
-		if err != nil {
-			return classify(err, "read "+what)
-		}
-		rv := claim.GetResourceVersion()
-		if rv == "" {
-			return fmt.Errorf("delete %s: the read carries no resourceVersion; refusing an unconditional DELETE", what)
-		}
+	return fencedDelete(ctx, c.dyn.Resource(SandboxClaimGVR).Namespace(namespace), name, what, epoch, func(claim *unstructured.Unstructured) error {
 		sandboxes, err := c.sandboxes(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return classify(err, "list the sandboxes of "+what)
@@ -307,7 +258,40 @@ func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch 
 				return err
 			}
 		}
-		err = claims.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		return nil
+	})
+}
+
+// fencedDelete is the DELETE of contract §3.4 for the object name of ri.
+// Without an epoch it sends an unconditional DELETE. With one it reads the
+// object, lets check refuse (an error sends nothing), DELETEs with
+// preconditions.resourceVersion of that read, and on a 409 reads, checks
+// and retries, three attempts at most. An object already gone counts as
+// deleted.
+func fencedDelete(ctx context.Context, ri dynamic.ResourceInterface, name, what string, epoch *uint64, check func(*unstructured.Unstructured) error) error {
+	if epoch == nil {
+		err := ri.Delete(ctx, name, metav1.DeleteOptions{})
+		if err == nil || isGone(err) {
+			return nil
+		}
+		return classify(err, "delete "+what)
+	}
+	for attempt := 1; ; attempt++ {
+		obj, err := ri.Get(ctx, name, metav1.GetOptions{})
+		if isGone(err) {
+			return nil
+		}
+		if err != nil {
+			return classify(err, "read "+what)
+		}
+		if err := check(obj); err != nil {
+			return err
+		}
+		rv := obj.GetResourceVersion()
+		if rv == "" {
+			return fmt.Errorf("delete %s: the read carries no resourceVersion; refusing an unconditional DELETE", what)
+		}
+		err = ri.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 		switch {
 		case err == nil || isGone(err):
 			return nil
