@@ -75,6 +75,13 @@ func TestMissingFenceConfigBlocksOnlyBoundHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	malformed := name("malformed")
+	if err := env.WithoutHolderEpochBinding(ctx, func() error {
+		_, err := create(t, env.Admin, framework.SandboxGVR, framework.MakeSandbox(ns, malformed).Annotation(fence.AnnotationHolderEpoch, "01").Obj())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	removeFenceConfig(t)
 
@@ -119,6 +126,12 @@ func TestMissingFenceConfigBlocksOnlyBoundHosts(t *testing.T) {
 	})
 	t.Run("a fenced namespace holding a claim, a Sandbox and their policies is deleted", func(t *testing.T) {
 		expectNamespaceDeleted(t, doomed, 2*time.Minute)
+	})
+	// The repair rule's explicit choice (contract §3.6): without the
+	// break-glass list it is not enforced, for anyone.
+	t.Run("the repair rule lapses: the host's change of a malformed epoch is admitted", func(t *testing.T) {
+		framework.ExpectAdmitted(t, "host repairs a malformed epoch without configuration",
+			patch(t, env.Host, framework.SandboxGVR, ns, malformed, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+fence.AnnotationHolderEpoch+`":"5"}}}`)))
 	})
 }
 
