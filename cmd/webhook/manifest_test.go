@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
@@ -138,6 +139,36 @@ func TestShippedDeployment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, render(t, tc.dir)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestEnforcementComponentSetsTheFlag parses the args the webhook runs with
+// under each enforcement component exactly as the binary would: the
+// component's appended --enforcement must be the one that wins.
+func TestEnforcementComponentSetsTheFlag(t *testing.T) {
+	for _, m := range enforcement.Modes {
+		t.Run(string(m), func(t *testing.T) {
+			var comps []string
+			if m != enforcement.Deny {
+				comps = append(comps, "components/enforcement/"+string(m))
+			}
+			var d appsv1.Deployment
+			if !tst.Find(t, tst.Render(t, configDir, "default", comps...), "Deployment", "sandbox-fence-webhook", &d) {
+				t.Fatal("no webhook Deployment")
+			}
+			fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			o := bindFlags(fs)
+			if err := fs.Parse(d.Spec.Template.Spec.Containers[0].Args); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(); err != nil {
+				t.Fatal(err)
+			}
+			if o.enforcement != string(m) {
+				t.Errorf("--enforcement=%s, want %s", o.enforcement, m)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
@@ -30,6 +31,7 @@ type options struct {
 	lookupTimeout     time.Duration
 	logLevel          string
 	gracefulShutdown  time.Duration
+	enforcement       string
 }
 
 const defaultNamespace = "sandbox-fence-system"
@@ -56,10 +58,14 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.lookupTimeout, "lookup-timeout", webhook.DefaultLookupTimeout, "Upper bound on the reads of one admission request (FenceConfig, owner); keep it below the webhook's timeoutSeconds.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info or error.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to let in-flight requests finish on SIGTERM.")
+	fs.StringVar(&o.enforcement, "enforcement", string(enforcement.Deny), "What a violation does: deny (HTTP 422), warn (admit with the denial message as an admission warning and an audit annotation) or audit (admit with the audit annotation only). Set by the component config/components/enforcement/<mode> together with the policies' bindings (contract §8.7).")
 	return o
 }
 
 func (o *options) validate() error {
+	if _, err := enforcement.Parse(o.enforcement); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
 	if _, err := o.tlsVersion(); err != nil {
 		return err
 	}
