@@ -137,7 +137,6 @@ func failureMessages(t *testing.T, raw string) []string {
 	return out
 }
 
-
 // sameMessage compares two messages up to the order of the words they hold:
 // the policies list an object's keys as CEL iterates a map, which differs
 // from one evaluation to the next ("it has port, protocol" / "it has
