@@ -61,10 +61,17 @@ type Harness struct {
 // clients holding env. The policies and bindings are defaulted copies.
 func Start(ctx context.Context, env Env) (*Harness, error) {
 	var objs []runtime.Object
+	// A policy with several bindings (as installed on a cluster) comes once
+	// per binding; it is loaded once.
+	seen := map[string]bool{}
 	for _, p := range env.Policies {
 		pol, b := p.Policy.DeepCopy(), p.Binding.DeepCopy()
 		Defaults(pol, b)
-		objs = append(objs, pol, b)
+		if !seen[pol.Name] {
+			objs = append(objs, pol)
+			seen[pol.Name] = true
+		}
+		objs = append(objs, b)
 	}
 	for _, ns := range env.Namespaces {
 		objs = append(objs, ns.DeepCopy())
