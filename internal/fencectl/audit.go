@@ -301,7 +301,9 @@ func evaluate(ctx context.Context, h *vapeval.Harness, obj *unstructured.Unstruc
 	}
 	msg := status.Status().Message
 	d := denial{text: msg}
-	if rest, ok := strings.CutPrefix(msg, "ValidatingAdmissionPolicy '"); ok {
+	// "<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<p>'
+	// with binding '<b>' denied request: <the policy's message>"
+	if _, rest, ok := strings.Cut(msg, "ValidatingAdmissionPolicy '"); ok {
 		if name, after, ok := strings.Cut(rest, "'"); ok {
 			d.policy = name
 			if _, text, ok := strings.Cut(after, " denied request: "); ok {
