@@ -32,6 +32,7 @@ type options struct {
 	logLevel          string
 	gracefulShutdown  time.Duration
 	enforcement       string
+	metricsSecure     bool
 }
 
 const defaultNamespace = "sandbox-fence-system"
@@ -46,7 +47,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory holding tls.crt and tls.key; reloaded when they change.")
 	fs.IntVar(&o.port, "port", 9443, "Port of the webhook's TLS listener.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address of the webhook's TLS listener; empty means all addresses.")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `Address of the Prometheus metrics endpoint; "0" turns it off.`)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `Address of the Prometheus metrics endpoint; "0" turns it off.`)
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS with the serving certificate of --cert-dir, and only to callers the API server authenticates and authorizes for GET /metrics; false serves plain HTTP to anyone who reaches the port.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.StringVar(&o.configName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the cluster-scoped FenceConfig to read.")
 	fs.StringVar(&o.tlsMinVersion, "tls-min-version", "1.2", "Minimum TLS version of the webhook listener: 1.2 or 1.3.")

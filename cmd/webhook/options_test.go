@@ -42,11 +42,11 @@ func TestFlags(t *testing.T) {
 	}{{
 		name: "out of cluster the defaults serve files from --cert-dir on all addresses",
 		env:  map[string]string{"KUBERNETES_SERVICE_HOST": "", "POD_NAMESPACE": ""},
-		want: summary{Port: 9443, Metrics: ":8080", Probe: ":8081", Config: "sandbox-fence", Namespace: "sandbox-fence-system", TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second, Enforcement: "deny"},
+		want: summary{Port: 9443, Metrics: ":8443", Probe: ":8081", Config: "sandbox-fence", Namespace: "sandbox-fence-system", TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second, Enforcement: "deny"},
 	}, {
 		name: "in a cluster certificates are rotated and the namespace comes from the pod",
 		env:  map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAMESPACE": "fence"},
-		want: summary{Port: 9443, Metrics: ":8080", Probe: ":8081", Config: "sandbox-fence", Namespace: "fence", CertRotation: true, TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second, Enforcement: "deny"},
+		want: summary{Port: 9443, Metrics: ":8443", Probe: ":8081", Config: "sandbox-fence", Namespace: "fence", CertRotation: true, TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second, Enforcement: "deny"},
 	}, {
 		name: "the e2e harness's flags are accepted as given",
 		env:  map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAMESPACE": ""},
