@@ -3,20 +3,15 @@
 package e2e
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -115,7 +110,15 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 	for n := range framework.MetricNames(apiAfter) {
 		exported[n] = true
 	}
-	for metric, where := range dashboardAndAlertMetrics(t) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitored, err := tst.MonitoredMetrics(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for metric, where := range monitored {
 		switch metric {
 		case "up": // made by Prometheus itself
 			continue
@@ -126,59 +129,4 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 			t.Errorf("%s (used by %s) is exported neither by the webhook nor by the API server", metric, strings.Join(where, ", "))
 		}
 	}
-}
-
-var promMetric = regexp.MustCompile(`\b(sandbox_fence_webhook_\w+|controller_runtime_webhook_\w+|apiserver_\w+|up)\b`)
-
-// dashboardAndAlertMetrics reads the shipped dashboard and PrometheusRule
-// and returns every metric family they use (histograms by family name).
-func dashboardAndAlertMetrics(t *testing.T) map[string][]string {
-	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]string{}
-	add := func(where, expr string) {
-		for _, m := range promMetric.FindAllString(expr, -1) {
-			m = strings.TrimSuffix(m, "_bucket")
-			out[m] = append(out[m], where)
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(root, "config", "components", "monitoring", "dashboards", "sandbox-fence.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			add("panel "+p.Title, tg.Expr)
-		}
-	}
-	rb, err := os.ReadFile(filepath.Join(root, "config", "components", "monitoring", "prometheusrule.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rule := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(rb, &rule.Object); err != nil {
-		t.Fatal(err)
-	}
-	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
-	for _, g := range groups {
-		for _, r := range g.(map[string]any)["rules"].([]any) {
-			rm := r.(map[string]any)
-			add("alert "+rm["alert"].(string), rm["expr"].(string))
-		}
-	}
-	return out
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -124,67 +122,16 @@ func TestMonitoringComponentValidatesAgainstPrometheusOperatorCRDs(t *testing.T)
 	}
 }
 
-// metricName picks the metric names out of a PromQL expression: words
-// followed by { or [ or ( -less use are too loose, so every identifier of
-// the known prefixes is taken.
-var metricName = regexp.MustCompile(`\b(sandbox_fence_webhook_\w+|controller_runtime_webhook_\w+|apiserver_\w+|up)\b`)
-
-// ReferencedMetrics lists every metric name the dashboard and the alerts
-// use, without the _bucket/_count/_sum suffixes of histograms.
-func referencedMetrics(t *testing.T) map[string][]string {
-	t.Helper()
-	out := map[string][]string{}
-	add := func(where, expr string) {
-		for _, m := range metricName.FindAllString(expr, -1) {
-			m = strings.TrimSuffix(m, "_bucket")
-			if !slices.Contains(out[m], where) {
-				out[m] = append(out[m], where)
-			}
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(monitoringDir, "dashboards", "sandbox-fence.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("dashboard: %v", err)
-	}
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			add("dashboard panel "+p.Title, tg.Expr)
-		}
-	}
-	for _, o := range renderMonitoring(t) {
-		if o.GetKind() != "PrometheusRule" {
-			continue
-		}
-		groups, _, _ := unstructured.NestedSlice(o.Object, "spec", "groups")
-		for _, g := range groups {
-			rules, _ := g.(map[string]any)["rules"].([]any)
-			for _, r := range rules {
-				rm := r.(map[string]any)
-				add("alert "+rm["alert"].(string), rm["expr"].(string))
-			}
-		}
-	}
-	return out
-}
-
 // TestDashboardAndAlertsNameExportedMetrics holds every sandbox_fence_*
 // name the dashboard and the alerts use to the metrics this package
 // registers, and every alert to a runbook-style description. (The e2e
 // metrics case checks the API server's names against a real scrape.)
 func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	own := map[string]bool{webhook.DecisionsMetric: true, webhook.LookupSecondsMetric: true, webhook.EnforcementMetric: true}
-	refs := referencedMetrics(t)
+	refs, err := tst.MonitoredMetrics("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for m, where := range refs {
 		if strings.HasPrefix(m, "sandbox_fence_") && !own[m] {
 			t.Errorf("%s (in %s) is not a metric of the webhook", m, strings.Join(where, ", "))
