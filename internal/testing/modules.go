@@ -6,6 +6,11 @@ import (
 	"testing"
 )
 
+// PrometheusOperatorVersion is the prometheus-operator release whose CRD
+// schemas the monitoring component (config/components/monitoring) is
+// validated against, offline and by the e2e suite's server-side dry run.
+const PrometheusOperatorVersion = "v0.85.0"
+
 // ModuleDir returns the directory of module@version in the Go module cache,
 // downloading it through the module proxy (in a scratch module, so the
 // project's go.mod never depends on it). It fails the test when the module

@@ -16,10 +16,6 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
-// PrometheusOperatorVersion is the prometheus-operator release whose CRD
-// schemas the monitoring component is validated against.
-const PrometheusOperatorVersion = "v0.85.0"
-
 const monitoringDir = "../../config/components/monitoring"
 
 func renderMonitoring(t *testing.T) []*unstructured.Unstructured {
@@ -46,7 +42,7 @@ func renderMonitoring(t *testing.T) []*unstructured.Unstructured {
 // server would on create), and checks the ServiceMonitor selects the metrics
 // Service, whose port reaches the Deployment's metrics port.
 func TestMonitoringComponentValidatesAgainstPrometheusOperatorCRDs(t *testing.T) {
-	dir := tst.ModuleDir(t, "github.com/prometheus-operator/prometheus-operator", PrometheusOperatorVersion)
+	dir := tst.ModuleDir(t, "github.com/prometheus-operator/prometheus-operator", tst.PrometheusOperatorVersion)
 	objs := renderMonitoring(t)
 	var kinds []string
 	for _, o := range objs {
