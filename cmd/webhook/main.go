@@ -259,13 +259,26 @@ func eventRecorder(cfg *rest.Config, scheme *runtime.Scheme) (record.EventRecord
 	if err != nil {
 		return nil, nil, err
 	}
-	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{
-		BurstSize: 25,
-		QPS:       0.1,
+	b := newEventBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kc.CoreV1().Events("")})
+	return b.NewRecorder(scheme, corev1.EventSource{Component: "sandbox-fence-webhook"}), b.Shutdown, nil
+}
+
+// eventBurst and eventQPS bound the Events of one namespace and reason.
+const (
+	eventBurst = 25
+	eventQPS   = 0.1
+)
+
+// newEventBroadcaster is client-go's broadcaster with a spam filter keyed by
+// namespace and reason (not by object: every refused policy has a name of
+// its own, so a per-object key would bound nothing).
+func newEventBroadcaster() record.EventBroadcaster {
+	return record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{
+		BurstSize: eventBurst,
+		QPS:       eventQPS,
 		SpamKeyFunc: func(e *corev1.Event) string {
 			return e.Source.Component + "/" + e.InvolvedObject.Namespace + "/" + e.Reason
 		},
 	})
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kc.CoreV1().Events("")})
-	return b.NewRecorder(scheme, corev1.EventSource{Component: "sandbox-fence-webhook"}), b.Shutdown, nil
 }
