@@ -211,10 +211,14 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 			"--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair",
 			"--admissionReports=false",
 			"--omitEvents=PolicyApplied,PolicySkipped",
+			"--metricsHost=127.0.0.1",
 			fmt.Sprintf("--metricsPort=%d", probe),
 			"--controllerRuntimeMetricsAddress=0",
-			"--loggingFormat=text",
-			"--v=1",
+			// The default client limit (20 requests/s) would throttle the
+			// owner lookups of resource.Get above 20 policy writes a second:
+			// the peer at its best, not as shipped.
+			"--clientRateLimitQPS=1000",
+			"--clientRateLimitBurst=2000",
 		}
 		hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a liveness poll of our own child process on loopback; admission traffic verifies the CA
 		ready = func(ctx context.Context) (bool, string, error) {
