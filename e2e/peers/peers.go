@@ -242,13 +242,18 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 		if err := cluster.WritePair(certDir, "tls", serving); err != nil {
 			return err
 		}
-		// The webhook operation only (no audit, status or mutation), one
-		// replica: what serves admission. Its own certificate rotation is
-		// off; the configuration below carries our CA, as the shipped
-		// webhook's local run does.
+		// The webhook operation (no audit, status or mutation), one replica,
+		// plus generate: the operation that creates each template's
+		// constraint CRD (the release runs it in the audit pod). Its own
+		// certificate rotation is off; the configuration below carries our
+		// CA, as the shipped webhook's local run does.
 		args = []string{
 			"--kubeconfig=" + cp.AdminKubeconfig(),
 			"--operation=webhook",
+			"--operation=generate",
+			// Its out-of-cluster switch: status objects name a fake pod
+			// instead of reading its own Pod (POD_NAME) from the API.
+			"--debug-use-fake-pod",
 			"--host=127.0.0.1",
 			fmt.Sprintf("--port=%d", port),
 			"--cert-dir=" + certDir,
