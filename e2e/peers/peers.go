@@ -192,7 +192,7 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 	if err != nil {
 		return err
 	}
-	var args []string
+	var args, procEnv []string
 	var ready func(context.Context) (bool, string, error)
 	switch e.name {
 	case Kyverno:
@@ -219,6 +219,14 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 			// the peer at its best, not as shipped.
 			"--clientRateLimitQPS=1000",
 			"--clientRateLimitBurst=2000",
+			"--disableLogColor",
+		}
+		// What its Deployment sets from the downward API; it refuses to
+		// start without them (cmd/internal/check.go).
+		procEnv = []string{
+			"KYVERNO_NAMESPACE=kyverno", "KYVERNO_SERVICEACCOUNT_NAME=kyverno-admission-controller",
+			"KYVERNO_DEPLOYMENT=kyverno-admission-controller", "KYVERNO_POD_NAME=kyverno-local",
+			"KYVERNO_SVC=kyverno-svc", "INIT_CONFIG=kyverno", "METRICS_CONFIG=kyverno-metrics",
 		}
 		hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a liveness poll of our own child process on loopback; admission traffic verifies the CA
 		ready = func(ctx context.Context) (bool, string, error) {
@@ -275,7 +283,7 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 			return resp.StatusCode == http.StatusOK, resp.Status, nil
 		}
 	}
-	p, err := cluster.StartProcess(e.name, bin, args, filepath.Join(cp.LogDir(), e.name+".log"), false)
+	p, err := cluster.StartProcessEnv(e.name, bin, args, procEnv, filepath.Join(cp.LogDir(), e.name+".log"), false)
 	if err != nil {
 		return err
 	}
