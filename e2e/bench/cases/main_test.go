@@ -24,15 +24,17 @@ func TestLeavesAndCounts(t *testing.T) {
 		"TestB":       {action: "pass", codes: []string{"403"}},
 		"TestShipped": {action: "skip", why: []string{"helpers_test.go:120: n/a: checks the shipped sandbox-fence bundle itself"}},
 	}}
-	if d := cmp.Diff([]string{"TestA/one", "TestA/two", "TestB", "TestOnlyHere", "TestShipped"}, leaves([]*run{ours, peer})); d != "" {
+	ours.results["TestShipped/sub"] = &result{action: "pass"}
+	cases := leaves([]*run{ours, peer})
+	if d := cmp.Diff([]string{"TestA/one", "TestA/two", "TestB", "TestOnlyHere", "TestShipped/sub"}, cases); d != "" {
 		t.Errorf("leaves (-want +got):\n%s", d)
 	}
 	type counts struct{ Right, Wrong, NA int }
-	got := counts{count(peer, "pass"), wrong(peer), count(peer, "skip")}
+	got := counts{count(peer, cases, "pass"), wrong(peer, cases), count(peer, cases, "skip")}
 	if d := cmp.Diff(counts{Right: 2, Wrong: 1, NA: 1}, got); d != "" {
 		t.Errorf("peer counts (-want +got):\n%s", d)
 	}
-	cells := []string{cell(peer.results["TestA/two"]), cell(peer.results["TestShipped"]), cell(nil)}
+	cells := []string{cell(resultFor(peer, "TestA/two")), cell(resultFor(peer, "TestShipped/sub")), cell(resultFor(peer, "TestOnlyHere"))}
 	want := []string{"**wrong**: epoch_test.go:60: lowering: admitted, want a denial by kyverno.svc", "n/a", "not run"}
 	if d := cmp.Diff(want, cells); d != "" {
 		t.Errorf("cells (-want +got):\n%s", d)
