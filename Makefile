@@ -93,7 +93,7 @@ demo: tools ## Scripted walk-through: each step and its verdict; fails on a wron
 PUBLISH ?=
 BENCH_OUT := $(if $(filter 1,$(PUBLISH)),docs/bench,$(BIN)/bench)
 BENCH_FLAGS ?= -rounds 5 -window 2s
-PEERS_BENCH_FLAGS ?= -rounds 3 -window 1500ms -warmup 300ms -apiserver-profile $(BENCH_OUT)/profiles
+PEERS_BENCH_FLAGS ?= -rounds 3 -window 1500ms -warmup 300ms -apiserver-profile $(BIN)/bench/profiles
 PEERS_TIMEOUT ?= 15m
 
 .PHONY: bench
@@ -108,7 +108,7 @@ peers: ## Build Kyverno and Gatekeeper from the Go module proxy into bin/peers (
 .PHONY: bench-peers
 bench-peers: tools peers ## Sandbox-fence against Kyverno and Gatekeeper: the e2e cases per enforcer, then the interleaved bench with both (bounded by PEERS_TIMEOUT; PUBLISH=1 writes docs/bench).
 	@echo "load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
-	timeout --foreground $(PEERS_TIMEOUT) bash -c '$(GO) run ./e2e/bench/cases -out $(BENCH_OUT) && $(GO) run ./e2e/bench -peers $(PEERS_BENCH_FLAGS) -out $(BENCH_OUT)'
+	timeout --foreground $(PEERS_TIMEOUT) bash -c '$(GO) run ./e2e/bench/cases -out $(BENCH_OUT)/peers && $(GO) run ./e2e/bench -peers $(PEERS_BENCH_FLAGS) -out $(BENCH_OUT)/peers'
 	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 .PHONY: bench-micro
