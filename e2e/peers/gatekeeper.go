@@ -19,7 +19,7 @@ var loopback = net.ParseIP("127.0.0.1")
 // release routes every resource of every group to Gatekeeper, which would
 // charge the ConfigMap control workload for it too; limiting it is the
 // peer's best case). DELETE is routed for CiliumNetworkPolicies only:
-// contract §3.3 rule 1 holds on DELETE.
+// contract §4.3 rule 1 holds on DELETE.
 func gatekeeperWebhookConfig(port int, caPEM []byte) *unstructured.Unstructured {
 	rule := func(group string, versions []string, resource string, ops ...string) map[string]any {
 		return map[string]any{

@@ -232,7 +232,7 @@ func table(runs []*run) string {
 				parts = append(parts, fmt.Sprintf("HTTP %s: %d", c, n))
 			}
 			slices.Sort(parts)
-			fmt.Fprintf(&b, "- %s denials seen by the cases: %s (contract §2.6 and §3.3 require 422).\n", r.enforcer, strings.Join(parts, ", "))
+			fmt.Fprintf(&b, "- %s denials seen by the cases: %s (contract §8.1 requires 422).\n", r.enforcer, strings.Join(parts, ", "))
 		}
 		fmt.Fprintf(&b, "- %s: suite wall time %s.\n", r.enforcer, r.elapsed.Round(time.Second))
 	}

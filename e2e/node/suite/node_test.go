@@ -31,7 +31,7 @@ import (
 const ns = framework.WebhookNamespace
 
 // webhookMarker is the request only the webhook denies: a well-formed
-// per-sandbox policy whose owner does not exist (SPEC 4.4), sent dry-run by
+// per-sandbox policy whose owner does not exist (contract §4.4), sent dry-run by
 // the bound host. Every call must come back as the webhook's denial.
 func webhookMarker(t *testing.T) framework.Marker {
 	t.Helper()
