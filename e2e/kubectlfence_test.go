@@ -97,6 +97,7 @@ func waitCleanAudit(t *testing.T) {
 // the fence does not check) and requires exactly those findings; on the
 // clean cluster before, and after they are removed, it requires none.
 func TestKubectlFenceAuditFindsEachSeededViolation(t *testing.T) {
+	requireShipped(t)
 	ctx := testContext(t)
 	waitCleanAudit(t)
 
@@ -231,6 +232,7 @@ func createNamespace(t *testing.T, n string, labels map[string]string) string {
 }
 
 func TestKubectlFenceStatusShowsTheOwnerChain(t *testing.T) {
+	requireShipped(t)
 	ns := env.HostNamespace
 	claim := hostClaim(t)
 	sbx := framework.MakeSandbox(ns, name("status")).OwnedBy(claim).Mode(fence.ModeSuspended).
@@ -306,6 +308,7 @@ func failedChecks(r *fencectl.CheckReport) []string {
 // installation at a time, requires check to fail naming exactly that piece,
 // restores it, and waits until the fence enforces again.
 func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
+	requireShipped(t)
 	if code, r := checkReport(t); code != 0 {
 		t.Fatalf("check fails on the suite's installation: %v", failedChecks(r))
 	}

@@ -26,6 +26,7 @@ import (
 // denial too, and every metric the dashboard and the alerts name must be
 // exported by one of the two.
 func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
+	requireShipped(t)
 	if env.WebhookMetrics == nil {
 		t.Skip("the webhook's metrics endpoint is not reachable from the suite on this provider (the local provider's is)")
 	}

@@ -113,6 +113,7 @@ func exists(t *testing.T, obj *unstructured.Unstructured) bool {
 //
 // Deny is restored at the end (and on failure) and enforcement waited for.
 func TestEnforcementModes(t *testing.T) {
+	requireShipped(t)
 	if env.SetEnforcement == nil {
 		t.Skip("this provider cannot switch the installed bundle's enforcement mode (the local provider does)")
 	}
