@@ -207,3 +207,10 @@ func grantDeleteCollection(t *testing.T, what string, rules []rbacv1.PolicyRule)
 		}
 	}
 }
+
+// requireShipped skips, under a peer engine ($E2E_ENFORCER), a case that
+// checks the shipped bundle itself rather than a fence rule.
+func requireShipped(t *testing.T) {
+	t.Helper()
+	framework.RequireShipped(t, env)
+}

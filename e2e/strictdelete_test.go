@@ -28,6 +28,7 @@ import (
 // preconditions too. It is a ValidatingAdmissionPolicy: no Sandbox or claim
 // request reaches the webhook.
 func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
+	requireShipped(t)
 	ctx := testContext(t)
 	enableStrictDelete(t)
 	unconditional := func(id *framework.Identity, ns, n string) error {

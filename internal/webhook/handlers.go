@@ -85,11 +85,11 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	log := logf.FromContext(ctx).WithValues("rule", RuleCiliumOwner)
 	if req.Kind.Group != cnpGK.Group || req.Kind.Kind != cnpGK.Kind || req.SubResource != "" ||
 		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update && req.Operation != admissionv1.Delete) {
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed("cilium-fence: only CREATE, UPDATE and DELETE of CiliumNetworkPolicy are checked")
 	}
 	if !mayBeHost(req.UserInfo.Username) {
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed("cilium-fence: not a ServiceAccount outside kube-system, so never a bound host")
 	}
 	// One deadline for everything the request reads, so a cache that is
@@ -106,23 +106,23 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		// policy writes and deletes by ServiceAccounts outside kube-system
 		// in fenced namespaces reach here.
 		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
-		h.Metrics.decision(RuleCiliumOwner, VerdictError)
+		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
 		return configDenial(ciliumFamily, cnpGK, req.Name, h.Config.Name, err,
 			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)")
 	}
 	if req.Operation == admissionv1.Delete {
 		// With the configuration read, the policy judges deletes (the name
 		// prefix and the host's namespaces, contract §4.3 rule 1).
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed("cilium-fence: deletes are judged by the ValidatingAdmissionPolicy")
 	}
 	if cfg.Spec.HostFor(req.UserInfo.Username) == nil {
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed("cilium-fence: not a bound host")
 	}
 	obj, err := decodeOwnerReferences(req.Object.Raw)
 	if err != nil {
-		h.Metrics.decision(RuleCiliumOwner, VerdictDenied)
+		h.Metrics.decision(RuleCiliumOwner, VerdictDenied, req.Namespace)
 		return denial(ciliumFamily, cnpGK, req.Name, field.ErrorList{field.Invalid(field.NewPath("object"), nil,
 			"the request's object is not a decodable CiliumNetworkPolicy: "+err.Error())}, nil)
 	}
@@ -135,10 +135,10 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	if len(errs) > 0 {
 		verdict := verdictOf(errs)
 		log.Info("denied", "errors", errs.ToAggregate().Error())
-		h.Metrics.decision(RuleCiliumOwner, verdict)
+		h.Metrics.decision(RuleCiliumOwner, verdict, req.Namespace)
 		return denial(ciliumFamily, cnpGK, req.Name, errs, warnings)
 	}
-	h.Metrics.decision(RuleCiliumOwner, VerdictAllowed)
+	h.Metrics.decision(RuleCiliumOwner, VerdictAllowed, req.Namespace)
 	if len(warnings) > 0 {
 		log.Info("admitted with warnings", "warnings", warnings)
 	}
