@@ -47,6 +47,13 @@ func NormalizeHost(entry string) (string, error) {
 		return "", errors.New("must be a DNS name of lowercase letters, digits, '-' and '.' (no scheme, port, path or trailing dot)")
 	}
 	labels := strings.Split(bare, ".")
+	for _, l := range labels {
+		// DNS carries at most 63 octets a label; the fence refuses longer
+		// ones (contract §4.2), so a host must never send one.
+		if len(l) > 63 {
+			return "", fmt.Errorf("label %q is %d characters; DNS allows at most 63", l[:8]+"...", len(l))
+		}
+	}
 	if wildcard && len(labels) < 2 {
 		return "", errors.New("a leading-dot entry needs at least two labels; .com would open a whole top-level domain")
 	}
