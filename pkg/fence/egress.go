@@ -27,7 +27,8 @@ var hostRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 
 // NormalizeHost applies the host-name grammar of contract §4.2 and returns the
 // entry lowercased, keeping its leading dot (".example.com" means the domain
-// and every subdomain). NormalizeHost of its own result returns it unchanged.
+// and the names one label below it under Cilium v1.20, contract §4.6).
+// NormalizeHost of its own result returns it unchanged.
 //
 // Only ASCII letters are lowercased: JavaScript's toLowerCase would also fold
 // the Kelvin sign into "k", and a host name that only becomes valid through
@@ -40,7 +41,7 @@ func NormalizeHost(entry string) (string, error) {
 	bare, wildcard := strings.CutPrefix(h, ".")
 	switch {
 	case strings.Contains(h, "*"):
-		return "", errors.New("must not contain '*'; write .example.com for example.com and its subdomains")
+		return "", errors.New("must not contain '*'; write .example.com for example.com and the names one label below it (contract §4.6)")
 	case len(bare) > 253:
 		return "", fmt.Errorf("must be at most 253 characters without the leading dot, is %d", len(bare))
 	case !hostRE.MatchString(bare):
