@@ -514,9 +514,9 @@ var catalogue = []mutation{
 		other := runtime.DeepCopyJSON(s)
 		switch g.rng.IntN(3) {
 		case 0:
-			other["egress"] = []any{pick(g.rng, peerForms...)}
+			other["egress"] = []any{runtime.DeepCopyJSONValue(pick(g.rng, peerForms...))}
 		case 1:
-			obj(other, "endpointSelector")["matchLabels"] = map[string]any{}
+			other["endpointSelector"] = map[string]any{"matchLabels": map[string]any{}}
 		}
 		b["specs"] = []any{other}
 		if g.rng.IntN(3) == 0 {
