@@ -13,15 +13,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/ciliumversion"
 )
 
 // EnvUpstreamCRDs names a directory of upstream agent-sandbox CRDs to
 // install instead of the project's minimal ones (config/crd/testdata).
 const EnvUpstreamCRDs = "SANDBOX_FENCE_UPSTREAM_CRDS"
-
-// CiliumVersion is the Cilium release whose CiliumNetworkPolicy CRD the suite
-// installs: the real schema, so pruning and defaulting are what a host meets.
-const CiliumVersion = "v1.20.2"
 
 const ciliumCRDPath = "pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml"
 
@@ -68,7 +66,7 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 	}
 
 	testdata := filepath.Join(repoRoot, "config", "crd", "testdata")
-	cilium, err := CiliumCRD(ctx, binDir)
+	cilium, version, err := CiliumCRD(ctx, repoRoot, binDir)
 	if err != nil {
 		logf("!!! real Cilium CRD unavailable (%v): installing the subset in config/crd/testdata instead", err)
 	}
@@ -106,7 +104,7 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 		logf("CRDs: project test CRDs from %s", testdata)
 	}
 	if cilium != "" {
-		logf("CRDs: real CiliumNetworkPolicy CRD from github.com/cilium/cilium@%s", CiliumVersion)
+		logf("CRDs: real CiliumNetworkPolicy CRD from github.com/cilium/cilium@%s", version)
 		if err := add(cilium); err != nil {
 			return nil, err
 		}
@@ -124,12 +122,22 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 	return out, nil
 }
 
-// CiliumCRD returns the path of the real CiliumNetworkPolicy CRD, cached
-// under binDir; the first call reads it from the github.com/cilium/cilium
-// module (downloaded through the Go module proxy into a scratch module, so
-// the project go.mod never depends on Cilium).
-func CiliumCRD(ctx context.Context, binDir string) (string, error) {
-	cached := filepath.Join(binDir, "crds", "cilium-"+CiliumVersion, "ciliumnetworkpolicies.yaml")
+// CiliumCRD returns the path of the real CiliumNetworkPolicy CRD of the
+// Cilium release the project pins (internal/ciliumversion), and that
+// version. The CRD is cached under binDir; the first call reads it from the
+// github.com/cilium/cilium module (downloaded through the Go module proxy
+// into a scratch module, so the project go.mod never depends on Cilium).
+func CiliumCRD(ctx context.Context, repoRoot, binDir string) (path, version string, err error) {
+	version, err = ciliumversion.Read(repoRoot)
+	if err != nil {
+		return "", "", err
+	}
+	path, err = ciliumCRD(ctx, binDir, version)
+	return path, version, err
+}
+
+func ciliumCRD(ctx context.Context, binDir, version string) (string, error) {
+	cached := filepath.Join(binDir, "crds", "cilium-"+version, "ciliumnetworkpolicies.yaml")
 	if _, err := os.Stat(cached); err == nil {
 		return cached, nil
 	}
@@ -138,14 +146,14 @@ func CiliumCRD(ctx context.Context, binDir string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/cilium/cilium@"+CiliumVersion)
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/cilium/cilium@"+version)
 	cmd.Dir = scratch
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return "", fmt.Errorf("go mod download github.com/cilium/cilium@%s: %v: %s%s", CiliumVersion, err, ee.Stderr, out)
+			return "", fmt.Errorf("go mod download github.com/cilium/cilium@%s: %v: %s%s", version, err, ee.Stderr, out)
 		}
 		return "", err
 	}
@@ -154,7 +162,7 @@ func CiliumCRD(ctx context.Context, binDir string) (string, error) {
 		return "", err
 	}
 	if mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download github.com/cilium/cilium@%s: %s", CiliumVersion, mod.Error)
+		return "", fmt.Errorf("go mod download github.com/cilium/cilium@%s: %s", version, mod.Error)
 	}
 	data, err := os.ReadFile(filepath.Join(mod.Dir, ciliumCRDPath))
 	if err != nil {
