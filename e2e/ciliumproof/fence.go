@@ -2,7 +2,6 @@ package ciliumproof
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -10,12 +9,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/authentication/user"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
@@ -24,8 +19,6 @@ import (
 
 // HostUser is the bound host identity every body is written as.
 const HostUser = "system:serviceaccount:sbx:sandbox-host"
-
-var cnpGVK = schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}
 
 // Fence is the shipped bundle, every policies/*/policy.yaml with its
 // binding as the repository has them at test time (never a copy), loaded
@@ -98,52 +91,39 @@ func (f *Fence) Stop() {
 	}
 }
 
-// Verdict is the bundle's answer to one body.
+// Verdict is the bundle's answer to one body: the API server's (allowed, or
+// code, reason and message), and Rule.
 type Verdict struct {
-	Allowed bool
-	// Code and Reason are the HTTP status of a denial (contract §8.1: 422
-	// Invalid).
-	Code   int32
-	Reason metav1.StatusReason
+	vapeval.Verdict
 	// Rule names what denied: the field path of a cilium-fence: message with
 	// its indexes dropped (spec.egress[].toFQDNs[]), or the message itself
 	// when it is not the fence's.
-	Rule    string
-	Message string
+	Rule string
 }
 
 var indexRE = regexp.MustCompile(`\[\d+\]`)
 
 // Evaluate runs the body's request (a CREATE, or an UPDATE of the unmutated
-// body) through the bundle. An error is a plugin failure, not a denial.
+// body, at the unmutated body's name) through the bundle. An error is a
+// plugin failure, not a denial.
 func (f *Fence) Evaluate(ctx context.Context, b Body) (Verdict, error) {
 	h := f.harnesses[b.Subject.LabelKey]
 	if h == nil {
 		return Verdict{}, fmt.Errorf("no FenceConfig for label key %q", b.Subject.LabelKey)
 	}
-	u := &unstructured.Unstructured{Object: b.Object}
-	req := vapeval.Request{
-		Operation: admission.Create, Kind: cnpGVK, Resource: fence.CiliumNetworkPolicyGVR,
-		Namespace: b.Subject.Namespace, Name: u.GetName(), Object: u,
-		Options: &metav1.CreateOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "CreateOptions"}},
-		User:    &user.DefaultInfo{Name: HostUser},
-	}
+	in := vapeval.CaseInput{Operation: "CREATE", User: HostUser, Namespace: b.Subject.Namespace, Object: b.Object}
 	if b.Update {
-		req.Operation = admission.Update
-		req.OldObject = &unstructured.Unstructured{Object: b.Base}
-		req.Name = (&unstructured.Unstructured{Object: b.Base}).GetName()
-		req.Options = &metav1.UpdateOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "UpdateOptions"}}
+		in.Operation, in.OldObject = "UPDATE", b.Base
+		in.Name = (&unstructured.Unstructured{Object: b.Base}).GetName()
 	}
-	err := h.Validate(ctx, req)
-	if err == nil {
-		return Verdict{Allowed: true}, nil
+	v, err := h.Run(ctx, in)
+	if err != nil {
+		return Verdict{}, err
 	}
-	var status *apierrors.StatusError
-	if !errors.As(err, &status) {
-		return Verdict{}, fmt.Errorf("the plugin failed instead of answering: %w", err)
+	if v.Allowed {
+		return Verdict{Verdict: v}, nil
 	}
-	s := status.Status()
-	return Verdict{Code: s.Code, Reason: s.Reason, Rule: denyingRule(s.Message), Message: s.Message}, nil
+	return Verdict{Verdict: v, Rule: denyingRule(v.Message)}, nil
 }
 
 func denyingRule(msg string) string {

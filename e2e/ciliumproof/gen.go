@@ -669,24 +669,8 @@ var catalogue = []mutation{
 		r["toEndpoints"] = []any{}
 		return true
 	}),
-	onRule("kube-dns rule: toPorts removed or emptied", 2, "toEndpoints", func(g *Generator, b, r map[string]any) bool {
-		if g.rng.IntN(2) == 0 {
-			delete(r, "toPorts")
-		} else {
-			r["toPorts"] = []any{}
-		}
-		return true
-	}),
-	onPortRule("kube-dns rule: a port", 8, "toEndpoints", func(g *Generator, b, pr map[string]any) bool {
-		p := runtime.DeepCopyJSONValue(pick(g.rng, dnsPortForms...))
-		ports := list(pr, "ports")
-		if len(ports) == 0 || g.rng.IntN(3) == 0 {
-			pr["ports"] = append(ports, p)
-		} else {
-			ports[g.rng.IntN(len(ports))] = p
-		}
-		return true
-	}),
+	toPortsRemoved("kube-dns rule: toPorts removed or emptied", 2, "toEndpoints"),
+	portMutation("kube-dns rule: a port", 8, "toEndpoints", dnsPortForms),
 	onPortRule("kube-dns rule: rules.dns", 8, "toEndpoints", func(g *Generator, b, pr map[string]any) bool {
 		d := firstDomain(b)
 		switch g.rng.IntN(8) {
@@ -709,14 +693,7 @@ var catalogue = []mutation{
 		addPortExtras(g, pr)
 		return true
 	}),
-	onRule("kube-dns rule: another peer in the same rule", 3, "toEndpoints", func(g *Generator, b, r map[string]any) bool {
-		for k, v := range pick(g.rng, peerForms...).(map[string]any) {
-			if k != "toPorts" && k != "toEndpoints" {
-				r[k] = runtime.DeepCopyJSONValue(v)
-			}
-		}
-		return true
-	}),
+	peerInSameRule("kube-dns rule: another peer in the same rule", 3, "toEndpoints"),
 
 	// the toFQDNs rule
 	onRule("toFQDNs rule: an entry in every wildcard form", 14, "toFQDNs", func(g *Generator, b, r map[string]any) bool {
@@ -734,16 +711,7 @@ var catalogue = []mutation{
 		r["toFQDNs"] = []any{}
 		return true
 	}),
-	onPortRule("toFQDNs rule: a port", 10, "toFQDNs", func(g *Generator, b, pr map[string]any) bool {
-		p := runtime.DeepCopyJSONValue(pick(g.rng, portForms...))
-		ports := list(pr, "ports")
-		if len(ports) == 0 || g.rng.IntN(3) == 0 {
-			pr["ports"] = append(ports, p)
-		} else {
-			ports[g.rng.IntN(len(ports))] = p
-		}
-		return true
-	}),
+	portMutation("toFQDNs rule: a port", 10, "toFQDNs", portForms),
 	onPortRule("toFQDNs rule: serverNames", 6, "toFQDNs", func(g *Generator, b, pr map[string]any) bool {
 		d := firstDomain(b)
 		pr["serverNames"] = []any{pick[any](g.rng, d, "*."+d, "**."+d, "", strings.ToUpper(d), "*", d+".", "10.0.0.1")}
@@ -765,22 +733,8 @@ var catalogue = []mutation{
 		addPortExtras(g, pr)
 		return true
 	}),
-	onRule("toFQDNs rule: toPorts removed or emptied", 2, "toFQDNs", func(g *Generator, b, r map[string]any) bool {
-		if g.rng.IntN(2) == 0 {
-			delete(r, "toPorts")
-		} else {
-			r["toPorts"] = []any{}
-		}
-		return true
-	}),
-	onRule("toFQDNs rule: another peer in the same rule", 4, "toFQDNs", func(g *Generator, b, r map[string]any) bool {
-		for k, v := range pick(g.rng, peerForms...).(map[string]any) {
-			if k != "toFQDNs" && k != "toPorts" {
-				r[k] = runtime.DeepCopyJSONValue(v)
-			}
-		}
-		return true
-	}),
+	toPortsRemoved("toFQDNs rule: toPorts removed or emptied", 2, "toFQDNs"),
+	peerInSameRule("toFQDNs rule: another peer in the same rule", 4, "toFQDNs"),
 	onRule("egress rule: icmps or authentication", 2, "", func(g *Generator, b, r map[string]any) bool {
 		if g.rng.IntN(2) == 0 {
 			r["icmps"] = []any{map[string]any{"fields": []any{map[string]any{"type": int64(8)}}}}
@@ -835,6 +789,45 @@ func narrowingMode(withBoth bool) func(g *Generator, b map[string]any) bool {
 		s["egress"] = out
 		return len(out) <= 16
 	}
+}
+
+// portMutation adds a port of forms to, or replaces one in, a toPorts
+// entry of a rule that has key.
+func portMutation(name string, weight int, key string, forms []any) mutation {
+	return onPortRule(name, weight, key, func(g *Generator, b, pr map[string]any) bool {
+		p := runtime.DeepCopyJSONValue(pick(g.rng, forms...))
+		ports := list(pr, "ports")
+		if len(ports) == 0 || g.rng.IntN(3) == 0 {
+			pr["ports"] = append(ports, p)
+		} else {
+			ports[g.rng.IntN(len(ports))] = p
+		}
+		return true
+	})
+}
+
+// toPortsRemoved drops or empties toPorts of a rule that has key.
+func toPortsRemoved(name string, weight int, key string) mutation {
+	return onRule(name, weight, key, func(g *Generator, b, r map[string]any) bool {
+		if g.rng.IntN(2) == 0 {
+			delete(r, "toPorts")
+		} else {
+			r["toPorts"] = []any{}
+		}
+		return true
+	})
+}
+
+// peerInSameRule adds another peer kind's members to a rule that has key.
+func peerInSameRule(name string, weight int, key string) mutation {
+	return onRule(name, weight, key, func(g *Generator, b, r map[string]any) bool {
+		for k, v := range pick(g.rng, peerForms...).(map[string]any) {
+			if k != key && k != "toPorts" {
+				r[k] = runtime.DeepCopyJSONValue(v)
+			}
+		}
+		return true
+	})
 }
 
 func onOwner(name string, weight int, f func(g *Generator, o map[string]any)) mutation {

@@ -34,17 +34,9 @@ func (e Entry) Allows(name string) bool {
 	return n == e.Host || (e.Subdomains && strings.HasSuffix(n, "."+e.Host))
 }
 
-// canonical is a name as DNS compares it: lowercase, without the root dot.
-func canonical(name string) string { return strings.TrimSuffix(asciiLower(name), ".") }
-
-func asciiLower(s string) string {
-	return strings.Map(func(r rune) rune {
-		if 'A' <= r && r <= 'Z' {
-			return r + ('a' - 'A')
-		}
-		return r
-	}, s)
-}
+// canonical is a name as DNS compares it: lowercase, without the root dot
+// (the sampled names are ASCII, so strings.ToLower is DNS's case folding).
+func canonical(name string) string { return strings.TrimSuffix(strings.ToLower(name), ".") }
 
 // GrammarEntry is the grammar entry whose names a selector stands for, when
 // there is one: matchName m is the host m; matchPattern *.d, **.d (any run
