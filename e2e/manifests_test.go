@@ -27,6 +27,7 @@ import (
 // at create time. A kustomize Component cannot render alone: it is rendered
 // on top of the nearest kustomization above it, as its users would.
 func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
+	requireShipped(t)
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -61,6 +61,9 @@ type Env struct {
 	// WebhookInstalled is false when the provider found no webhook to run;
 	// webhook-only cases skip with that reason.
 	WebhookInstalled bool
+	// Peer is the policy engine enforcing the fence instead of the shipped
+	// bindings and webhook ($E2E_ENFORCER, peer.go); nil for the bundle.
+	Peer Peer
 	// WebhookProcess stops and restarts the webhook when the provider runs
 	// it as a local process; nil otherwise (webhookproc.go).
 	WebhookProcess WebhookProcess

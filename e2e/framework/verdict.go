@@ -63,13 +63,20 @@ func (v Verdict) String() string {
 // (contract §8.1: never 403, the host reads 403 as missing RBAC), by a policy or
 // webhook whose name contains by, with a message containing every want.
 func (v Verdict) DeniedBy(by string, want ...string) error {
+	if p := currentPeer(); p != nil {
+		return v.deniedBy(p.Source(), want, false)
+	}
+	return v.deniedBy(by, want, true)
+}
+
+func (v Verdict) deniedBy(by string, want []string, want422 bool) error {
 	if v.Admitted {
 		return fmt.Errorf("admitted, want a denial by %s", by)
 	}
 	if v.By == "" || !strings.Contains(v.By, by) {
 		return fmt.Errorf("want a denial by %s, got %s", by, v)
 	}
-	if v.Code != 422 {
+	if want422 && v.Code != 422 {
 		return fmt.Errorf("want HTTP 422 (contract §8.1), got %s", v)
 	}
 	for _, w := range want {
@@ -91,6 +98,10 @@ func ExpectAdmitted(t testing.TB, what string, err error) {
 // ExpectDenied fails t unless err is an admission denial by `by`.
 func ExpectDenied(t testing.TB, what string, err error, by string, want ...string) {
 	t.Helper()
+	if p := currentPeer(); p != nil {
+		peerDenial(t, p, what, VerdictOf(err), want)
+		return
+	}
 	if e := VerdictOf(err).DeniedBy(by, want...); e != nil {
 		t.Fatalf("%s: %v", what, e)
 	}

@@ -33,7 +33,13 @@ type Local struct {
 	Detached bool
 	// NoSignalHandler: see cluster.Options.
 	NoSignalHandler bool
-	Logf            framework.Logf
+	// ExtraAPIServerArgs are passed to kube-apiserver (cluster.Options):
+	// the bench turns profiling on with them.
+	ExtraAPIServerArgs []string
+	// Enforcer is "" for the shipped bundle, or a peer engine
+	// (framework.EnvEnforcer) that replaces its bindings and webhook.
+	Enforcer string
+	Logf     framework.Logf
 
 	CP  *cluster.ControlPlane
 	Env *framework.Env
@@ -46,7 +52,7 @@ func (l *Local) Name() string { return "local" }
 // identities, bundle, FenceConfig, webhook, then the enforcement markers.
 func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 	start := time.Now()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: l.BinDir, StateDir: l.StateDir, Detached: l.Detached, NoSignalHandler: l.NoSignalHandler, Logf: l.Logf})
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: l.BinDir, StateDir: l.StateDir, Detached: l.Detached, NoSignalHandler: l.NoSignalHandler, Logf: l.Logf, ExtraAPIServerArgs: l.ExtraAPIServerArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +108,11 @@ func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 	}
 	if err := env.WaitForEnforcement(ctx, l.Logf); err != nil {
 		return nil, err
+	}
+	if l.Enforcer != "" && l.Enforcer != framework.ShippedEnforcer {
+		if err := l.usePeer(ctx); err != nil {
+			return nil, err
+		}
 	}
 	l.Logf("local: environment ready in %s (state %s)", time.Since(start).Round(100*time.Millisecond), l.StateDir)
 	return env, nil
