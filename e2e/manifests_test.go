@@ -106,6 +106,11 @@ func componentOnBase(t *testing.T, root, dir string) string {
 			break
 		}
 	}
+	// The bundle-wide components (enforcement modes, monitoring) apply to
+	// what an admin installs: config/default.
+	if strings.HasPrefix(dir, filepath.Join(root, "config", "components")+string(filepath.Separator)) {
+		base = filepath.Join(root, "config", "default")
+	}
 	if !strings.HasPrefix(base, root) {
 		t.Fatalf("component %s has no kustomization above it to apply to", dir)
 	}

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -105,4 +107,95 @@ func ExpectDenied(t testing.TB, what string, err error, by string, want ...strin
 	if e := VerdictOf(err).DeniedBy(by, want...); e != nil {
 		t.Fatalf("%s: %v", what, e)
 	}
+}
+
+// Warnings collects the admission warnings a client receives.
+type Warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// HandleWarningHeader implements rest.WarningHandler.
+func (w *Warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+// Take returns the warnings received since the last Take.
+func (w *Warnings) Take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.list
+	w.list = nil
+	return out
+}
+
+// WithWarnings is id with clients that keep every admission warning they
+// receive, for a test to read with Take.
+func WithWarnings(id *Identity) (*Identity, *Warnings, error) {
+	w := &Warnings{}
+	cfg := rest.CopyConfig(id.Config)
+	cfg.WarningHandler = w
+	out, err := NewIdentity(id.Name, id.Username, id.Groups, cfg)
+	return out, w, err
+}
+
+// Outcome is a write's verdict with the warnings the client received.
+type Outcome struct {
+	Verdict
+	Warnings []string
+}
+
+// ViolationIn checks the outcome of a write that Deny mode refuses (by a
+// policy or webhook whose name contains by, with every want in the
+// message) against what the enforcement mode implies (contract §9.1):
+//   - deny: refused with 422 (DeniedBy);
+//   - warn: admitted, with a warning carrying every want (and, from a
+//     policy, the API server's "Validation failed for
+//     ValidatingAdmissionPolicy '<by>'");
+//   - audit: admitted, with no warning carrying them.
+//
+// It is the one place the suite says what a mode means, so each case is
+// written once and run in every mode.
+func (o Outcome) ViolationIn(mode, by string, want ...string) error {
+	if mode == "deny" {
+		return o.DeniedBy(by, want...)
+	}
+	if !o.Admitted {
+		return fmt.Errorf("%s mode: want admitted, got %s", mode, o.Verdict)
+	}
+	carried := false
+	for _, w := range o.Warnings {
+		all := true
+		for _, x := range want {
+			all = all && strings.Contains(w, x)
+		}
+		if strings.HasPrefix(by, "sandbox-fence-") {
+			all = all && strings.Contains(w, "ValidatingAdmissionPolicy '"+by+"'")
+		}
+		carried = carried || all
+	}
+	switch {
+	case mode == "warn" && !carried:
+		return fmt.Errorf("warn mode: admitted, but no warning carries %q from %s: %q", want, by, o.Warnings)
+	case mode == "audit" && carried:
+		return fmt.Errorf("audit mode: admitted, but the client was warned: %q", o.Warnings)
+	}
+	return nil
+}
+
+// AdmittedIn checks a write every mode admits: admitted, and no fence
+// warning (the fence's warnings start with its rule families or name a
+// sandbox-fence policy).
+func (o Outcome) AdmittedIn(mode string) error {
+	if !o.Admitted {
+		return fmt.Errorf("%s mode: want admitted, got %s", mode, o.Verdict)
+	}
+	for _, w := range o.Warnings {
+		if strings.Contains(w, "sandbox-fence-") || strings.Contains(w, "holder-epoch:") || strings.Contains(w, "cilium-fence:") {
+			return fmt.Errorf("%s mode: admitted with a fence warning: %q", mode, w)
+		}
+	}
+	return nil
 }

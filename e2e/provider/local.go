@@ -43,6 +43,11 @@ type Local struct {
 
 	CP  *cluster.ControlPlane
 	Env *framework.Env
+
+	// webhookBase and webhookCA are where the webhook process serves and
+	// the CA of its certificate.
+	webhookBase string
+	webhookCA   []byte
 }
 
 // Name implements Provider.
@@ -167,6 +172,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 		return err
 	}
 	base := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	l.webhookBase, l.webhookCA = base, ca.CertPEM
 	for _, vwc := range vwcs {
 		if err := framework.PointWebhookAt(vwc, base, ca.CertPEM); err != nil {
 			return err
@@ -177,6 +183,8 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 	}
 	l.Env.WebhookInstalled = true
 	l.Env.WebhookProcess = localWebhook{l: l}
+	l.Env.WebhookMetrics = &framework.WebhookMetrics{URL: "https://127.0.0.1:" + strconv.Itoa(ports[1]) + "/metrics", CA: ca.CertPEM}
+	l.Env.SetEnforcement = l.setEnforcement
 	l.Logf("local: webhook serving on %s", base)
 	return nil
 }
