@@ -20,6 +20,7 @@ IMAGE_TAR := $(BIN)/webhook-image.tar
 KIND_CLUSTER ?= sandbox-fence
 E2E_TIMEOUT ?= 25m
 SOAK_TIMEOUT ?= 15m
+FUZZTIME ?= 1h
 
 ##@ General
 
@@ -32,11 +33,20 @@ help: ## Show this help.
 ##@ Test
 
 .PHONY: test
-test: test-unit e2e ## Everything: unit, policy and end-to-end tests (the CI command).
+test: test-unit test-cilium e2e ## Everything: unit, policy, Cilium property and end-to-end tests (the CI command).
 
 .PHONY: test-unit
 test-unit: ## Unit and offline policy tests: go test ./... (no cluster needed).
 	$(GO) test -count=1 ./...
+
+# CILIUMPROOF_BODIES sets the size of the generated run (default 20000).
+.PHONY: test-cilium
+test-cilium: ## What admitted egress policies mean to Cilium itself: the property test of e2e/ciliumproof (its own module).
+	cd e2e/ciliumproof && $(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: fuzz-cilium
+fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (FUZZTIME, default 1h).
+	cd e2e/ciliumproof && $(GO) test -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(FUZZTIME) .
 
 .PHONY: lint
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
@@ -45,6 +55,7 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) vet -tags soak ./e2e/soak/...
 	$(GO) vet -tags e2e_node ./e2e/node/...
+	cd e2e/ciliumproof && $(GO) vet ./...
 
 .PHONY: verify
 verify: lint ## Lint, then check that generated and rendered things are current.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/ciliumversion"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
@@ -73,10 +74,14 @@ func ciliumCRD(t *testing.T) string {
 	if err != nil {
 		t.Skipf("go env GOMODCACHE: %v", err)
 	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "github.com", "cilium", "cilium@v1.20.2",
+	version, err := ciliumversion.Read("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(out)), "github.com", "cilium", "cilium@"+version,
 		"pkg", "k8s", "apis", "cilium.io", "client", "crds", "v2", "ciliumnetworkpolicies.yaml")
 	if _, err := os.Stat(path); err != nil {
-		t.Skipf("Cilium's CRD is not in the module cache (run go mod download -json github.com/cilium/cilium@v1.20.2 in a scratch module): %v", err)
+		t.Skipf("Cilium's CRD is not in the module cache (make test-cilium downloads it, or: cd e2e/ciliumproof && go mod download %s): %v", ciliumversion.Module, err)
 	}
 	return path
 }

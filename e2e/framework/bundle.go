@@ -14,16 +14,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/ciliumversion"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
 // EnvUpstreamCRDs names a directory of upstream agent-sandbox CRDs to
 // install instead of the project's minimal ones (config/crd/testdata).
 const EnvUpstreamCRDs = "SANDBOX_FENCE_UPSTREAM_CRDS"
-
-// CiliumVersion is the Cilium release whose CiliumNetworkPolicy CRD the suite
-// installs: the real schema, so pruning and defaulting are what a host meets.
-const CiliumVersion = "v1.20.2"
 
 const ciliumCRDPath = "pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml"
 
@@ -70,7 +67,7 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 	}
 
 	testdata := filepath.Join(repoRoot, "config", "crd", "testdata")
-	cilium, err := CiliumCRD(ctx, binDir)
+	cilium, version, err := CiliumCRD(ctx, repoRoot, binDir)
 	if err != nil {
 		logf("!!! real Cilium CRD unavailable (%v): installing the subset in config/crd/testdata instead", err)
 	}
@@ -108,7 +105,7 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 		logf("CRDs: project test CRDs from %s", testdata)
 	}
 	if cilium != "" {
-		logf("CRDs: real CiliumNetworkPolicy CRD from github.com/cilium/cilium@%s", CiliumVersion)
+		logf("CRDs: real CiliumNetworkPolicy CRD from github.com/cilium/cilium@%s", version)
 		if err := add(cilium); err != nil {
 			return nil, err
 		}
@@ -136,11 +133,17 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 	return out, nil
 }
 
-// CiliumCRD returns the path of the real CiliumNetworkPolicy CRD, cached
-// under binDir; the first call reads it from the github.com/cilium/cilium
-// module.
-func CiliumCRD(ctx context.Context, binDir string) (string, error) {
-	return moduleFile(ctx, binDir, "github.com/cilium/cilium", CiliumVersion, ciliumCRDPath)
+// CiliumCRD returns the path of the real CiliumNetworkPolicy CRD of the
+// Cilium release the project pins (internal/ciliumversion: the require line
+// of e2e/ciliumproof/go.mod), and that version. The CRD is cached under
+// binDir; the first call reads it from the github.com/cilium/cilium module.
+func CiliumCRD(ctx context.Context, repoRoot, binDir string) (path, version string, err error) {
+	version, err = ciliumversion.Read(repoRoot)
+	if err != nil {
+		return "", "", err
+	}
+	path, err = moduleFile(ctx, binDir, ciliumversion.Module, version, ciliumCRDPath)
+	return path, version, err
 }
 
 // PrometheusOperatorCRDs returns the paths of the ServiceMonitor and
