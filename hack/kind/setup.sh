@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Installs what `make e2e-kind` needs on a Debian machine that has no
-# container engine: Debian's docker.io (the engine hack/kind/engine.sh runs
-# with its own state) and debootstrap (the offline node image's base,
-# hack/kind/node-image.sh). Idempotent: a machine that has them only checks.
+# Installs what `make e2e-kind` needs on a Debian machine:
+#   hack/kind/setup.sh         Debian's docker.io, when no container engine
+#                              answers (hack/kind/engine.sh runs it with its
+#                              own state); nothing when one does (DOCKER_HOST,
+#                              a running Docker: used as it is)
+#   hack/kind/setup.sh --base  debootstrap, for the offline node image's base
+#                              (hack/kind/base.sh)
+# Idempotent: a machine that has them only checks.
 #
-# Nothing is installed when an engine is already reachable (DOCKER_HOST, a
-# running Docker): the user's engine is used as it is.
-#
-# Exit status 1 with one line on stderr when no engine is reachable and none
-# can be installed (not Linux, not root, no apt-get, or apt-get failed).
+# Exit status 1 with one line on stderr when what is needed cannot be
+# installed (not Linux, not root, no apt-get, or apt-get failed).
 set -euo pipefail
 
 fail() {
@@ -16,15 +17,19 @@ fail() {
   exit 1
 }
 
-need_engine=1
-if [[ ${1:-} == --base-only ]]; then
+if [[ ${1:-} == --base ]]; then
+  packages=(debootstrap)
   need_engine=0
+  fail() {
+    echo "e2e-kind: node image: $*" >&2
+    exit 1
+  }
 elif docker info >/dev/null 2>&1; then
-  need_engine=0
+  exit 0
+else
+  packages=(docker.io iptables)
+  need_engine=1
 fi
-
-packages=(debootstrap)
-((need_engine)) && packages+=(docker.io iptables)
 
 missing=()
 if command -v dpkg-query >/dev/null; then
@@ -33,12 +38,16 @@ if command -v dpkg-query >/dev/null; then
   done
 elif ((need_engine)); then
   fail "no container engine is reachable and this is not a Debian machine: start Docker (or set DOCKER_HOST) and run again"
+else
+  fail "debootstrap is missing and this is not a Debian machine"
 fi
 ((${#missing[@]})) || exit 0
 
-[[ $(uname -s) == Linux ]] || fail "no container engine is reachable and none can be installed here (not Linux): start Docker (or set DOCKER_HOST)"
-[[ $(id -u) == 0 ]] || fail "no container engine is reachable and installing ${missing[*]} needs root: start Docker (or set DOCKER_HOST), or run as root"
-command -v apt-get >/dev/null || fail "no container engine is reachable and apt-get is missing: install Docker and run again"
+why="installing ${missing[*]}"
+((need_engine)) && why="no container engine is reachable and installing ${missing[*]}"
+[[ $(uname -s) == Linux ]] || fail "$why is not possible here (not Linux): start Docker (or set DOCKER_HOST)"
+[[ $(id -u) == 0 ]] || fail "$why needs root: run as root, or start Docker (or set DOCKER_HOST)"
+command -v apt-get >/dev/null || fail "$why needs apt-get, which is missing"
 
 # Package scripts must not start a system dockerd or containerd: the harness
 # runs its own engine with its own state. A policy-rc.d that exits 101 tells
@@ -58,6 +67,6 @@ log=$(mktemp)
 if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
   tail -n 20 "$log" >&2
   rm -f "$log"
-  fail "apt-get install ${missing[*]} failed (above): no container engine can be installed here"
+  fail "apt-get install ${missing[*]} failed (above)"
 fi
 rm -f "$log"
