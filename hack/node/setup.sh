@@ -2,7 +2,7 @@
 # Prepares this machine for the node e2e provider (make test-node): the
 # Debian packages for a container runtime, the kubelet, kube-scheduler and
 # kube-proxy built from source (hack/node/build.sh), and the pause image
-# built from hack/node/pause and packed like the webhook image. Idempotent and
+# built from hack/kind/pause and packed like the webhook image. Idempotent and
 # cached: a warm run only checks.
 #
 # Linux and root only: it installs packages, and the node it serves runs a
@@ -39,13 +39,13 @@ fi
 "$root"/hack/node/build.sh
 
 # The pause image: rebuilt when its source changes.
-want=$(cat "$root"/hack/node/pause/main.go "$root"/hack/image/main.go | sha256sum | cut -d' ' -f1)
+want=$(cat "$root"/hack/kind/pause/main.go "$root"/hack/image/main.go | sha256sum | cut -d' ' -f1)
 stamp=$bin/.pause.stamp
 if [[ -f $bin/pause-image.tar && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   echo "node: pause image up to date in $bin/pause-image.tar"
 else
   # The same daemonless packer as the webhook's image (make image).
-  (cd "$root" && go run ./hack/image -pkg ./hack/node/pause -entrypoint /pause -user 65535:65535 \
+  (cd "$root" && go run ./hack/image -pkg ./hack/kind/pause -entrypoint /pause -user 65535:65535 \
     -title pause -version 3.10 -tag registry.k8s.io/pause:3.10 -out "$bin"/pause-image.tar)
   echo "$want" >"$stamp"
   echo "node: pause image built into $bin/pause-image.tar"
