@@ -127,7 +127,7 @@ echo "kind node image: ${#images[@]} images packed in $((SECONDS - start))s: ${i
 
 base=sandbox-fence/kind-base:$(cut -c1-12 "$bin"/.kind-base.stamp)
 if ! docker image inspect "$base" >/dev/null 2>&1; then
-  docker import -q --change 'ENV container=docker' \
+  docker import --change 'ENV container=docker' \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' "$bin"/kind-base-rootfs.tar "$base" >/dev/null
 fi
 
@@ -155,7 +155,7 @@ docker exec -e "KUBE_VERSION=$k8s_version" -e "SANDBOX_IMAGE=$sandbox_image" "$c
 for image in "${images[@]}"; do
   grep -qxF "$image" "$work"/imported || fail "the node's containerd lacks $image after the import (it has: $(tr '\n' ' ' <"$work"/imported))"
 done
-docker commit -q --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'ENV container=docker' \
+docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'ENV container=docker' \
   "$cid" "$ref" >/dev/null
 docker rm -f "$cid" >/dev/null
 cid=
