@@ -13,6 +13,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -47,7 +50,10 @@ func main() {
 	level, _ := o.slogLevel()
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctrl.SetLogger(log)
-	if err := run(ctrl.SetupSignalHandler(), o, log.WithName("setup")); err != nil {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	ctx, draining := shutdownContext(sig, o.shutdownDrain)
+	if err := run(ctx, o, draining, log.WithName("setup")); err != nil {
 		log.Error(err, "exiting")
 		os.Exit(1)
 	}
@@ -59,7 +65,7 @@ func ownerObject(k admit.OwnerKind) *unstructured.Unstructured {
 	return u
 }
 
-func run(ctx context.Context, o *options, log logr.Logger) error {
+func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -117,15 +123,15 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		CertDir: o.certDir,
 		TLSOpts: o.tlsOpts(),
 	})
-	srv.Register(webhook.CiliumEgressPath, &admission.Webhook{Handler: &webhook.CiliumHandler{
+	srv.Register(webhook.CiliumEgressPath, closeWhenDraining(&admission.Webhook{Handler: &webhook.CiliumHandler{
 		Config:        cfg,
 		Owners:        &webhook.OwnerLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Metrics: m},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
-	}})
-	srv.Register(webhook.SandboxDeletePath, &admission.Webhook{Handler: &webhook.SandboxDeleteHandler{
+	}}, draining))
+	srv.Register(webhook.SandboxDeletePath, closeWhenDraining(&admission.Webhook{Handler: &webhook.SandboxDeleteHandler{
 		Config: cfg, LookupTimeout: o.lookupTimeout, Metrics: m,
-	}})
+	}}, draining))
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
