@@ -118,17 +118,18 @@ type probeStats struct {
 // load keeps one worker per probe sending its write and counts every
 // answer against what the probe expects.
 type load struct {
-	probes []probe
-	stats  []*probeStats
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	start  time.Time
+	workers int
+	probes  []probe
+	stats   []*probeStats
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	start   time.Time
 }
 
 func startLoad(t *testing.T, workersPerProbe int, probes ...probe) *load {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{probes: probes, cancel: cancel, start: time.Now()}
+	l := &load{workers: workersPerProbe, probes: probes, cancel: cancel, start: time.Now()}
 	for _, p := range probes {
 		st := &probeStats{}
 		l.stats = append(l.stats, st)
@@ -217,7 +218,7 @@ func (l *load) stop() {
 func (l *load) report(t *testing.T, scenario string, strict func(p probe) bool) {
 	t.Helper()
 	l.stop()
-	t.Logf("%s: %s of steady load (%d workers per probe)", scenario, time.Since(l.start).Round(100*time.Millisecond), len(l.probes))
+	t.Logf("%s: %s of steady load (%d probes, %d workers each)", scenario, time.Since(l.start).Round(100*time.Millisecond), len(l.probes), l.workers)
 	for i, p := range l.probes {
 		s := l.stats[i]
 		total, good := s.total.Load(), s.asExpected.Load()

@@ -16,6 +16,7 @@ import (
 // updated and available, what `kubectl rollout status` waits for. It stops
 // early, with the reason, when a container keeps crashing or cannot start.
 func WaitWebhookRolledOut(ctx context.Context, env *Env, timeout time.Duration) error {
+	baseline := map[string]int32{}
 	return Eventually(ctx, timeout, 250*time.Millisecond, "webhook Deployment rolled out", func(ctx context.Context) (bool, string, error) {
 		d, err := env.Admin.Kube.AppsV1().Deployments(WebhookNamespace).Get(ctx, WebhookName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -37,7 +38,7 @@ func WaitWebhookRolledOut(ctx context.Context, env *Env, timeout time.Duration) 
 			}
 		}
 		if !done {
-			if why := crashLooping(ctx, env); why != "" {
+			if why := crashLooping(ctx, env, baseline); why != "" {
 				return false, "", fmt.Errorf("the rollout cannot finish: %s", why)
 			}
 		}
@@ -46,16 +47,22 @@ func WaitWebhookRolledOut(ctx context.Context, env *Env, timeout time.Duration) 
 }
 
 // crashLooping names a webhook container that keeps failing, so a wait
-// stops for a rollout that cannot finish and shows why.
-func crashLooping(ctx context.Context, env *Env) string {
+// stops for a rollout that cannot finish and shows why. Restarts count from
+// the first look (baseline, filled on the way): a container that failed a
+// few times while its node came back is not crash looping.
+func crashLooping(ctx context.Context, env *Env, baseline map[string]int32) string {
 	pods, err := env.Admin.Kube.CoreV1().Pods(WebhookNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return ""
 	}
 	for _, pod := range pods.Items {
 		for _, cs := range pod.Status.ContainerStatuses {
-			if cs.RestartCount >= 2 && !cs.Ready {
-				return fmt.Sprintf("container %s of pod %s restarted %d times (%s)", cs.Name, pod.Name, cs.RestartCount, containerState(cs.LastTerminationState))
+			key := pod.Name + "/" + cs.Name
+			if _, seen := baseline[key]; !seen {
+				baseline[key] = cs.RestartCount
+			}
+			if cs.RestartCount-baseline[key] >= 3 && !cs.Ready {
+				return fmt.Sprintf("container %s of pod %s restarted %d times while waiting (%s)", cs.Name, pod.Name, cs.RestartCount-baseline[key], containerState(cs.LastTerminationState))
 			}
 			if w := cs.State.Waiting; w != nil && (w.Reason == "ErrImageNeverPull" || w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff" || w.Reason == "CreateContainerConfigError" || w.Reason == "CreateContainerError") {
 				return fmt.Sprintf("container %s of pod %s: %s %s", cs.Name, pod.Name, w.Reason, w.Message)
