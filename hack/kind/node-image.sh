@@ -84,11 +84,12 @@ mapfile -t images < <("$bin"/kubeadm config images list --kubernetes-version "$k
 ((${#images[@]})) || fail "kubeadm config images list printed nothing"
 path=PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin
 tar -C "$work" --one-top-level=kube-proxy-tree -xf "$bin"/kind-kube-proxy-tree.tar
+(cd "$root" && go build -o "$work"/image ./hack/image)
 pack() { # pack IMAGE ARGS...: one image tarball into $work/images
   local image=$1 name
   shift
   name=${image##*/}
-  (cd "$root" && go run ./hack/image -tag "$image" -out "$work/images/${name%%:*}.tar" -title "${name%%:*}" \
+  (cd "$root" && "$work"/image -tag "$image" -out "$work/images/${name%%:*}.tar" -title "${name%%:*}" \
     -version "${image##*:}" "$@") >/dev/null
 }
 sandbox_image=
