@@ -45,21 +45,11 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) vet -tags soak ./e2e/soak/...
-	$(GO) vet -tags e2e_node ./e2e/node/...
 
 .PHONY: verify
 verify: lint ## Lint, then check that generated and rendered things are current.
 	$(KUBECTL) kustomize config/vap >/dev/null
 	$(KUBECTL) kustomize config/default >/dev/null
-
-.PHONY: test-node
-test-node: tools image ## In-cluster e2e on a real node here (Linux, root): kubelet + containerd, webhook from config/default.
-	hack/node/setup.sh
-	$(GO) run ./e2e/node/cmd/nodecluster cleanup
-	status=0; export E2E_PROVIDER=node E2E_IMAGE_ARCHIVE=$(IMAGE_TAR); \
-	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e || status=$$?; \
-	  $(GO) test -count=1 -v -tags e2e_node -timeout $(E2E_TIMEOUT) ./e2e/node/... || status=$$?; \
-	  $(GO) run ./e2e/node/cmd/nodecluster cleanup || status=1; exit $$status
 
 ##@ Local control plane
 

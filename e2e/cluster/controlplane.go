@@ -43,17 +43,6 @@ type Options struct {
 	NoSignalHandler bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
-	// ExtraAPIServerArgs and ExtraControllerManagerArgs are appended after
-	// the defaults: a repeated scalar flag overrides (the last one wins), a
-	// repeated list flag (--authorization-mode, --controllers) appends. The
-	// node provider (e2e/node) uses them for what a kubelet needs: a
-	// non-loopback advertise address, the Node authorizer, more controllers.
-	ExtraAPIServerArgs         []string
-	ExtraControllerManagerArgs []string
-	// OnInterrupt runs after the control plane stopped on SIGINT/SIGTERM and
-	// before the process exits: the node provider stops its kubelet and
-	// containers there and cleans the host.
-	OnInterrupt func()
 }
 
 // ControlPlane is a running local control plane.
@@ -144,9 +133,6 @@ func (c *ControlPlane) handleSignals() {
 		case s := <-ch:
 			fmt.Fprintf(os.Stderr, "cluster: %v: stopping the local control plane\n", s)
 			c.Stop()
-			if c.opts.OnInterrupt != nil {
-				c.opts.OnInterrupt()
-			}
 			os.Exit(130)
 		case <-c.stopSig:
 			signal.Stop(ch)
@@ -269,7 +255,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 	c.ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 	dir := c.pkiDir()
 	c.logf("starting kube-apiserver on %s", c.APIServerURL)
-	p, err := c.start("kube-apiserver", append([]string{
+	p, err := c.start("kube-apiserver", []string{
 		"--etcd-servers=" + c.EtcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -293,7 +279,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--shutdown-delay-duration=0s",
 		"--v=1",
-	}, c.opts.ExtraAPIServerArgs...))
+	})
 	if err != nil {
 		return err
 	}
@@ -328,7 +314,7 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
 	}
 	c.logf("starting kube-controller-manager on 127.0.0.1:%d", port)
 	kc := c.AdminKubeconfig()
-	p, err := c.start("kube-controller-manager", append([]string{
+	p, err := c.start("kube-controller-manager", []string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
@@ -339,7 +325,7 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
 		"--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,clusterrole-aggregation-controller,validatingadmissionpolicy-status-controller",
 		"--root-ca-file=" + filepath.Join(c.pkiDir(), "ca.crt"),
 		"--v=1",
-	}, c.opts.ExtraControllerManagerArgs...))
+	})
 	if err != nil {
 		return err
 	}
