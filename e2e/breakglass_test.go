@@ -16,7 +16,7 @@ import (
 
 // A malformed stored epoch can only exist from before the fence was
 // installed; seeding one needs the holder-epoch binding removed for a moment.
-// Then SPEC 3.6 rule 2 (an unchanged malformed value passes) and rule 6 (only
+// Then contract §3.6 rule 2 (an unchanged malformed value passes) and rule 6 (only
 // break-glass may change it, never a host) are checked on the real server.
 func TestMalformedStoredEpochOnlyBreakGlassMayRepair(t *testing.T) {
 	requirePolicy(t, framework.PolicyHolderEpoch)

@@ -19,7 +19,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// specPolicy is the SPEC 4.1 body verbatim, as the TypeScript host sends it.
+// specPolicy is the contract §4.1 body verbatim, as the TypeScript host sends it.
 const specPolicy = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy",
  "metadata":{"name":"namzu-sbx-{{uid}}","namespace":"{{ns}}","ownerReferences":[{"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxClaim","name":"{{claim}}","uid":"{{uid}}"}]},
  "spec":{"endpointSelector":{"matchLabels":{"sandbox.namzu.ai/per-sandbox-egress":"{{claim}}"}},
@@ -51,9 +51,9 @@ func TestPerSandboxPolicyRawSpecBodyIsAdmittedUnchanged(t *testing.T) {
 	sent := decode(t, body)
 
 	_, err := create(t, env.Host, framework.CNPGVR, sent)
-	framework.ExpectAdmitted(t, "POST of the SPEC 4.1 body", err)
+	framework.ExpectAdmitted(t, "POST of the contract §4.1 body", err)
 
-	// The host reads the policy back and requires deep equality (SPEC 4.1),
+	// The host reads the policy back and requires deep equality (contract §4.1),
 	// so neither admission nor the CRD may change what it wrote.
 	got := get(t, framework.CNPGVR, env.HostNamespace, sent.GetName())
 	if d := cmp.Diff(sent.Object["spec"], got.Object["spec"]); d != "" {
@@ -117,7 +117,7 @@ func appendEgress(u *unstructured.Unstructured, rule map[string]any) {
 }
 
 // An invented owner uid has the right shape, so only the webhook, which
-// looks the owner up, can refuse it (SPEC 4.4 item 1).
+// looks the owner up, can refuse it (contract §4.4 item 1).
 func TestPerSandboxPolicyWithAnInventedOwnerIsDeniedByTheWebhook(t *testing.T) {
 	requireWebhook(t)
 	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, name("ghost"), string(uuid.NewUUID()), []string{"example.com"})
@@ -182,7 +182,7 @@ func TestHostOutsideItsNamespaceIsRefused(t *testing.T) {
 }
 
 // Teardown sends no DELETE: the garbage collector removes the policy with its
-// owner (SPEC 4.1), which only works if the fence admitted a real owner
+// owner (contract §4.1), which only works if the fence admitted a real owner
 // reference.
 func TestGarbageCollectionDeletesThePolicyWithItsOwner(t *testing.T) {
 	ctx := testContext(t)

@@ -90,7 +90,7 @@ func sandboxWithEpoch(t *testing.T, epoch string) *unstructured.Unstructured {
 	return mustCreate(t, env.Host, framework.SandboxGVR, b.Obj())
 }
 
-// rawBody substitutes {{key}} placeholders in a SPEC body.
+// rawBody substitutes {{key}} placeholders in a contract body (contract §3.2, §4.1).
 func rawBody(body string, kv ...string) []byte {
 	for i := 0; i+1 < len(kv); i += 2 {
 		body = strings.ReplaceAll(body, "{{"+kv[i]+"}}", kv[i+1])

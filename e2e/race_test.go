@@ -43,7 +43,7 @@ type landed struct {
 // with a fresh epoch above every epoch handed out so far (as a new process
 // acquiring the workspace would). A watch records every stored state; in
 // its resourceVersion order the epoch never goes down, and every admitted
-// write carried an epoch at least the highest stored before it (SPEC 3,
+// write carried an epoch at least the highest stored before it (contract §3,
 // 3.6 rule 4) — so no write from a fenced-off holder ever landed.
 func TestEightHoldersRacingOnOneSandboxNeverLowerTheEpoch(t *testing.T) {
 	requirePolicy(t, framework.PolicyHolderEpoch)

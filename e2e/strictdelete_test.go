@@ -26,10 +26,10 @@ import (
 // strictDeleteWebhook is the entry the strict-delete component adds.
 const strictDeleteWebhook = "sandbox-delete.fence.sandbox.namzu.ai"
 
-// Strict delete (SPEC 8.4) switched on as an admin does it — the
+// Strict delete (contract §8.4) switched on as an admin does it — the
 // strict-delete component's webhook entry and FenceConfig
 // spec.strictDelete — then off again: once a holder fenced a workspace, a
-// bound host may delete it only with the fenced DELETE of SPEC 3.4, so a
+// bound host may delete it only with the fenced DELETE of contract §3.4, so a
 // stale holder's unconditional DELETE cannot destroy it under the new
 // holder's feet.
 func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 
 const webhookSuffix = ".fence.sandbox.namzu.ai"
 
-// What CEL cannot see (SPEC 4.4 items 1-2): the owner must exist in the
+// What CEL cannot see (contract §4.4 items 1-2): the owner must exist in the
 // namespace with that uid and kind, not be terminating, and put the selector
 // label on its own pods. Every policy below has a shape the egress VAP
 // admits, so a refusal can only come from the webhook.

@@ -17,16 +17,16 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 // costBudget is the most one expression may cost on any input: 1% of the
 // API server's per-call limit, so the policies stay cheap at any request size.
-const costBudget = vaptest.PerCallLimit / 100
+const costBudget = vapeval.PerCallLimit / 100
 
 type costInput struct {
 	name   string
-	req    vaptest.Request
+	req    vapeval.Request
 	params *unstructured.Unstructured
 }
 
@@ -52,25 +52,25 @@ func TestCELCost(t *testing.T) {
 	for _, ns := range namespaces(t) {
 		nss[ns.Name] = ns
 	}
-	schemas, err := vaptest.NewCRDSchemas(loadCRDs(t,
+	schemas, err := vapeval.NewCRDSchemas(loadCRDs(t,
 		"../config/crd/testdata/agents.x-k8s.io_sandboxes.yaml",
 		"../config/crd/testdata/cilium.io_ciliumnetworkpolicies.yaml",
 		"../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml")...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := vaptest.NewRESTMapper(vaptest.Resources)
+	mapper := vapeval.NewRESTMapper(vapeval.Resources)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\texpression\tmeasured max\t%% of per-call limit\tstatic estimate\tworst input\t\n")
 	for _, p := range loadBundle(t) {
-		exprs, err := vaptest.CompileExpressions(p.Policy)
+		exprs, err := vapeval.CompileExpressions(p.Policy)
 		if err != nil {
 			t.Fatal(err)
 		}
 		static := staticCosts(t, p.Policy, schemas, mapper)
 		worst := make([]int64, len(exprs))
 		worstInput := make([]string, len(exprs))
-		record := func(i int, in costInput, ev vaptest.Evaluation) {
+		record := func(i int, in costInput, ev vapeval.Evaluation) {
 			if ev.Cost > worst[i] {
 				worst[i], worstInput[i] = ev.Cost, in.name
 			}
@@ -87,7 +87,7 @@ func TestCELCost(t *testing.T) {
 				}
 				params = in.params
 			}
-			prepared, err := vaptest.NewInput(in.req, params, nss[in.req.Namespace])
+			prepared, err := vapeval.NewInput(in.req, params, nss[in.req.Namespace])
 			if err != nil {
 				t.Fatalf("%s: %v", in.name, err)
 			}
@@ -147,7 +147,7 @@ func TestCELCost(t *testing.T) {
 			} else if v < 1<<53 { // above, the estimator saw an unknown (variable) size
 				est = fmt.Sprint(v)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f%%\t%s\t%s\t\n", p.Policy.Name, e.Field, worst[i], 100*float64(worst[i])/float64(vaptest.PerCallLimit), est, worstInput[i])
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f%%\t%s\t%s\t\n", p.Policy.Name, e.Field, worst[i], 100*float64(worst[i])/float64(vapeval.PerCallLimit), est, worstInput[i])
 			if worst[i] > costBudget {
 				t.Errorf("%s %s costs %d on %s, above 1%% of the per-call limit (%d)", p.Policy.Name, e.Field, worst[i], worstInput[i], costBudget)
 			}
@@ -160,7 +160,7 @@ func TestCELCost(t *testing.T) {
 
 // staticCosts is CEL's static estimate of each expression, with the matched
 // kind and FenceConfig typed by their schemas (informational: see TestCELCost).
-func staticCosts(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, schemas vaptest.CRDSchemas, mapper meta.RESTMapper) map[string]uint64 {
+func staticCosts(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, schemas vapeval.CRDSchemas, mapper meta.RESTMapper) map[string]uint64 {
 	t.Helper()
 	r := p.Spec.MatchConstraints.ResourceRules[0]
 	gvk, err := mapper.KindFor(schema.GroupVersionResource{Group: r.APIGroups[0], Version: r.APIVersions[0], Resource: r.Resources[0]})
@@ -175,7 +175,7 @@ func staticCosts(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPol
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := vaptest.StaticCosts(p, object, params)
+	out, err := vapeval.StaticCosts(p, object, params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func staticCosts(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPol
 }
 
 // matches reports whether the policy's resource rules select the request.
-func matches(p *admissionregistrationv1.ValidatingAdmissionPolicy, r vaptest.Request) bool {
+func matches(p *admissionregistrationv1.ValidatingAdmissionPolicy, r vapeval.Request) bool {
 	if r.SubResource != "" {
 		return false
 	}
@@ -219,7 +219,7 @@ func caseInputs(t *testing.T) []costInput {
 	def := defaultParams(t)
 	var out []costInput
 	for _, dir := range policyDirs(t) {
-		cases, err := vaptest.LoadCases(dir)
+		cases, err := vapeval.LoadCases(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,13 +271,13 @@ func adversarialInputs(t *testing.T) []costInput {
 		{"5000 other annotations", many, withKey(many, epochKey, "3")},
 	} {
 		for _, u := range []string{hostUser, "alice@example.com"} {
-			out = append(out, costInput{name: "sandbox: " + anns.name + " by " + u, params: def, req: vaptest.Request{
+			out = append(out, costInput{name: "sandbox: " + anns.name + " by " + u, params: def, req: vapeval.Request{
 				Operation: admission.Update, Kind: sandboxGVK, Resource: resourceOf(t, sandboxGVK), Namespace: "sbx", Name: "ws",
 				Object: sandbox(anns.new), OldObject: sandbox(anns.old), User: &user.DefaultInfo{Name: u, Groups: manyGroups()}}})
 		}
 	}
 	for _, w := range worstPolicies() {
-		out = append(out, costInput{name: "cnp: " + w.name, params: bigParams(def), req: vaptest.Request{
+		out = append(out, costInput{name: "cnp: " + w.name, params: bigParams(def), req: vapeval.Request{
 			Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK), Namespace: "sbx", Name: w.obj.GetName(),
 			Object: w.obj, User: &user.DefaultInfo{Name: hostUser, Groups: manyGroups()}}})
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 const fenceConfigCRD = "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"
@@ -23,7 +23,7 @@ func TestCRDsAreValid(t *testing.T) {
 	}
 	paths = append(paths, fenceConfigCRD)
 	for _, crd := range loadCRDs(t, paths...) {
-		errs, err := vaptest.ValidateCRD(crd)
+		errs, err := vapeval.ValidateCRD(crd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestCRDsAreValid(t *testing.T) {
 // impossible configuration would prove nothing.
 func TestFenceConfigsAreValid(t *testing.T) {
 	crd := loadCRDs(t, fenceConfigCRD)[0]
-	shipped, err := vaptest.LoadObjects("../config/vap/fenceconfig.yaml")
+	shipped, err := vapeval.LoadObjects("../config/vap/fenceconfig.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestFenceConfigsAreValid(t *testing.T) {
 		"TestCELCost's largest config":       bigParams(def),
 	}
 	for _, dir := range policyDirs(t) {
-		cases, err := vaptest.LoadCases(dir)
+		cases, err := vapeval.LoadCases(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func TestFenceConfigsAreValid(t *testing.T) {
 		}
 	}
 	for name, o := range configs {
-		errs, err := vaptest.ValidateObject(crd, o.Object)
+		errs, err := vapeval.ValidateObject(crd, o.Object)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +94,7 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := defaultParams(t)
 			o.Object["spec"] = tt.spec
-			errs, err := vaptest.ValidateObject(crd, o.Object)
+			errs, err := vapeval.ValidateObject(crd, o.Object)
 			if err != nil {
 				t.Fatal(err)
 			}

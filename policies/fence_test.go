@@ -12,7 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
-	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 // The Go host (pkg/fence) and the shipped policies must agree: every body
@@ -90,7 +90,7 @@ func TestFencePatchesAreAdmitted(t *testing.T) {
 			}},
 	}
 	hs := newHarnesses(t)
-	h := hs.forParams(vaptest.CaseParams{})
+	h := hs.forParams(vapeval.CaseParams{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ops, err := fence.BuildHolderEpochPatch(tt.input(fence.ReadHolderEpoch(tt.old)))
@@ -120,7 +120,7 @@ func TestFencePatchesAreAdmitted(t *testing.T) {
 
 // admitUpdate applies a patch to old as the API server would and requires
 // the UPDATE old -> new to be admitted by the whole bundle.
-func admitUpdate(t *testing.T, h *vaptest.Harness, old *unstructured.Unstructured, apply func([]byte) ([]byte, error)) {
+func admitUpdate(t *testing.T, h *vapeval.Harness, old *unstructured.Unstructured, apply func([]byte) ([]byte, error)) {
 	t.Helper()
 	doc, err := json.Marshal(old.Object)
 	if err != nil {
@@ -135,7 +135,7 @@ func admitUpdate(t *testing.T, h *vaptest.Harness, old *unstructured.Unstructure
 		t.Fatal(err)
 	}
 	gvk := old.GroupVersionKind()
-	err = h.Validate(context.Background(), vaptest.Request{
+	err = h.Validate(context.Background(), vapeval.Request{
 		Operation: admission.Update, Kind: gvk, Resource: resourceOf(t, gvk), Namespace: old.GetNamespace(), Name: old.GetName(),
 		Object: obj, OldObject: old, User: &user.DefaultInfo{Name: hostUser},
 	})
@@ -146,7 +146,7 @@ func admitUpdate(t *testing.T, h *vaptest.Harness, old *unstructured.Unstructure
 
 func resourceOf(t *testing.T, gvk schema.GroupVersionKind) schema.GroupVersionResource {
 	t.Helper()
-	for _, r := range vaptest.Resources {
+	for _, r := range vapeval.Resources {
 		if r.GVK == gvk {
 			return r.GVR()
 		}
@@ -158,19 +158,19 @@ func resourceOf(t *testing.T, gvk schema.GroupVersionKind) schema.GroupVersionRe
 func TestFencePoliciesAreAdmitted(t *testing.T) {
 	tests := []struct {
 		name   string
-		params vaptest.CaseParams
+		params vapeval.CaseParams
 		in     fence.PolicyInput
 	}{
-		{"claim owner with the SPEC 4.1 hosts", vaptest.CaseParams{}, fence.PolicyInput{
+		{"claim owner with the contract §4.1 hosts", vapeval.CaseParams{}, fence.PolicyInput{
 			Owner: fence.PolicyOwner{Kind: fence.OwnerKindSandboxClaim, Name: "claim-a", UID: "7c9e6679-7425-40de-944b-e07fc1f90ae7"}, Namespace: "sbx",
 			Hosts: []string{"registry.npmjs.org", "example.com", ".example.com"}}},
-		{"sandbox owner, mixed case and duplicates", vaptest.CaseParams{}, fence.PolicyInput{
+		{"sandbox owner, mixed case and duplicates", vapeval.CaseParams{}, fence.PolicyInput{
 			Owner: fence.PolicyOwner{Kind: fence.OwnerKindSandbox, Name: "ws-1", UID: "0b5f3c1e-2d4a-4f6b-8c9d-1e2f3a4b5c6d"}, Namespace: "sbx-2",
 			Hosts: []string{"Registry.NPMjs.org", "registry.npmjs.org", ".pypi.org", "pypi.org", "files.pythonhosted.org", "a-b.c0.io"}}},
-		{"longest owner name and a 253-character host", vaptest.CaseParams{}, fence.PolicyInput{
+		{"longest owner name and a 253-character host", vapeval.CaseParams{}, fence.PolicyInput{
 			Owner: fence.PolicyOwner{Kind: fence.OwnerKindSandboxClaim, Name: "c23456789012345678901234567890123456789012345678901234567890123", UID: "u1"}, Namespace: "sbx",
 			Hosts: []string{"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb.ccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc.ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"}}},
-		{"custom label key", vaptest.CaseParams{Spec: map[string]any{
+		{"custom label key", vapeval.CaseParams{Spec: map[string]any{
 			"hosts": []any{map[string]any{"username": hostUser, "namespaces": []any{"sbx"}}}, "perSandboxLabelKey": "example.com/egress"}},
 			fence.PolicyInput{Owner: fence.PolicyOwner{Kind: fence.OwnerKindSandboxClaim, Name: "claim-b", UID: "u2"}, Namespace: "sbx", LabelKey: "example.com/egress", Hosts: []string{"example.org"}}},
 	}
@@ -182,7 +182,7 @@ func TestFencePoliciesAreAdmitted(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := hs.forParams(tt.params)
-			req := vaptest.Request{Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK),
+			req := vapeval.Request{Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK),
 				Namespace: tt.in.Namespace, Name: obj.GetName(), Object: obj, User: &user.DefaultInfo{Name: hostUser}}
 			if err := h.Validate(context.Background(), req); err != nil {
 				t.Errorf("CREATE denied: %v", err)
@@ -195,7 +195,7 @@ func TestFencePoliciesAreAdmitted(t *testing.T) {
 				}
 				return jsonpatch.MergePatch(doc, body)
 			})
-			del := vaptest.Request{Operation: admission.Delete, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK),
+			del := vapeval.Request{Operation: admission.Delete, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK),
 				Namespace: tt.in.Namespace, Name: obj.GetName(), OldObject: obj, User: &user.DefaultInfo{Name: hostUser}}
 			if err := h.Validate(context.Background(), del); err != nil {
 				t.Errorf("DELETE denied: %v", err)

@@ -113,7 +113,7 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 // TestKustomizeNamePrefixRenamesReferences: an installation renames the
 // policies with namePrefix and every binding follows, including the param
 // name; the CRD keeps its name (the API server requires <plural>.<group>).
-// The binding stays "<policy name>-binding", which the host looks up (SPEC 4.1).
+// The binding stays "<policy name>-binding", which the host looks up (contract §4.1).
 func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\n")))
 	want := installed{

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestPolicyConventions holds every shipped policy to SPEC 8.1 and the
+// TestPolicyConventions holds every shipped policy to contract §8.1 and the
 // shared names: denials are 422 Invalid with a family-prefixed static
 // message (the fallback when a messageExpression fails) and a
 // messageExpression; the policy fails closed; each binding is
@@ -35,7 +35,7 @@ func TestPolicyConventions(t *testing.T) {
 		}
 		for i, v := range pol.Spec.Validations {
 			if v.Reason == nil || *v.Reason != metav1.StatusReasonInvalid {
-				t.Errorf("%s: spec.validations[%d].reason must be Invalid (HTTP 422, SPEC 8.1)", pol.Name, i)
+				t.Errorf("%s: spec.validations[%d].reason must be Invalid (HTTP 422, contract §8.1)", pol.Name, i)
 			}
 			if !strings.HasPrefix(v.Message, prefix) {
 				t.Errorf("%s: spec.validations[%d].message must start with %q: %q", pol.Name, i, prefix, v.Message)
@@ -45,7 +45,7 @@ func TestPolicyConventions(t *testing.T) {
 			}
 		}
 		if b.Name != pol.Name+"-binding" || b.Spec.PolicyName != pol.Name {
-			t.Errorf("binding %s for policy %s: want binding %s-binding naming its policy (SPEC 4.1)", b.Name, b.Spec.PolicyName, pol.Name)
+			t.Errorf("binding %s for policy %s: want binding %s-binding naming its policy (contract §4.1)", b.Name, b.Spec.PolicyName, pol.Name)
 		}
 		if len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
 			t.Errorf("%s: validationActions must be [Deny], got %v", b.Name, b.Spec.ValidationActions)

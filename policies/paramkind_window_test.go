@@ -13,7 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
-	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 // TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites reproduces what the
@@ -25,13 +25,13 @@ import (
 // in opted-in namespaces. Operators, other namespaces and ordinary Sandbox
 // writes must go through, and the holder-epoch rule (no paramKind) must hold.
 func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
-	var resources []vaptest.Resource
-	for _, r := range vaptest.Resources {
+	var resources []vapeval.Resource
+	for _, r := range vapeval.Resources {
 		if r.GVK.Kind != "FenceConfig" { // the API server cannot map it yet
 			resources = append(resources, r)
 		}
 	}
-	h, err := vaptest.Start(context.Background(), vaptest.Env{
+	h, err := vapeval.Start(context.Background(), vapeval.Env{
 		Policies: loadBundle(t), Params: []*unstructured.Unstructured{defaultParams(t)},
 		Namespaces: namespaces(t), Resources: resources,
 	})
@@ -56,19 +56,19 @@ func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 		}
 		return p
 	}
-	cnpCreate := func(as user.Info, ns string) vaptest.Request {
+	cnpCreate := func(as user.Info, ns string) vapeval.Request {
 		p := policyIn(ns)
-		return vaptest.Request{Operation: admission.Create, Kind: cnpGVK, Resource: cnpGVR, Namespace: ns, Name: p.GetName(), Object: p, User: as}
+		return vapeval.Request{Operation: admission.Create, Kind: cnpGVK, Resource: cnpGVR, Namespace: ns, Name: p.GetName(), Object: p, User: as}
 	}
-	sandboxUpdate := func(as user.Info, oldAnns, newAnns map[string]string, oldMode, newMode string) vaptest.Request {
-		return vaptest.Request{Operation: admission.Update, Kind: sandboxGVK, Resource: sandboxGVR, Namespace: "sbx", Name: "ws-1",
+	sandboxUpdate := func(as user.Info, oldAnns, newAnns map[string]string, oldMode, newMode string) vapeval.Request {
+		return vapeval.Request{Operation: admission.Update, Kind: sandboxGVK, Resource: sandboxGVR, Namespace: "sbx", Name: "ws-1",
 			OldObject: storedSandbox(oldAnns, oldMode), Object: storedSandbox(newAnns, newMode), User: as}
 	}
 	epochAnns := func(e string) map[string]string { return map[string]string{fence.AnnotationHolderEpoch: e} }
 
 	tests := []struct {
 		name string
-		req  vaptest.Request
+		req  vapeval.Request
 		// wantDenied is a substring of the denial; "" means admitted.
 		wantDenied string
 	}{
@@ -96,7 +96,7 @@ func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 			if !strings.Contains(status.ErrStatus.Message, tt.wantDenied) {
 				t.Fatalf("denial %q does not contain %q", status.ErrStatus.Message, tt.wantDenied)
 			}
-			// SPEC 8.1: a host reads 403 as missing RBAC, so every refusal,
+			// contract §8.1: a host reads 403 as missing RBAC, so every refusal,
 			// a configuration error's too, must be 422.
 			if status.ErrStatus.Code != 422 {
 				t.Fatalf("denial has HTTP code %d, want 422: %q", status.ErrStatus.Code, status.ErrStatus.Message)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 // policyDirs are the directories under policies/ that hold a policy.yaml.
@@ -36,11 +36,11 @@ func policyDirs(t *testing.T) []string {
 	return dirs
 }
 
-func loadBundle(t *testing.T) []*vaptest.PolicyDir {
+func loadBundle(t *testing.T) []*vapeval.PolicyDir {
 	t.Helper()
-	var out []*vaptest.PolicyDir
+	var out []*vapeval.PolicyDir
 	for _, d := range policyDirs(t) {
-		p, err := vaptest.LoadPolicyDir(d)
+		p, err := vapeval.LoadPolicyDir(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func loadBundle(t *testing.T) []*vaptest.PolicyDir {
 
 func defaultParams(t *testing.T) *unstructured.Unstructured {
 	t.Helper()
-	objs, err := vaptest.LoadObjects("testdata/fenceconfig.yaml")
+	objs, err := vapeval.LoadObjects("testdata/fenceconfig.yaml")
 	if err != nil || len(objs) != 1 {
 		t.Fatalf("testdata/fenceconfig.yaml: want one FenceConfig: %v", err)
 	}
@@ -60,7 +60,7 @@ func defaultParams(t *testing.T) *unstructured.Unstructured {
 
 func namespaces(t *testing.T) []*corev1.Namespace {
 	t.Helper()
-	objs, err := vaptest.LoadObjects("testdata/namespaces.yaml")
+	objs, err := vapeval.LoadObjects("testdata/namespaces.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,15 +79,15 @@ func namespaces(t *testing.T) []*corev1.Namespace {
 // with the whole shipped bundle loaded, as on a cluster.
 type harnesses struct {
 	t       *testing.T
-	bundle  []*vaptest.PolicyDir
+	bundle  []*vapeval.PolicyDir
 	params  *unstructured.Unstructured
 	nss     []*corev1.Namespace
 	mu      sync.Mutex
-	started map[string]*vaptest.Harness
+	started map[string]*vapeval.Harness
 }
 
 func newHarnesses(t *testing.T) *harnesses {
-	h := &harnesses{t: t, bundle: loadBundle(t), params: defaultParams(t), nss: namespaces(t), started: map[string]*vaptest.Harness{}}
+	h := &harnesses{t: t, bundle: loadBundle(t), params: defaultParams(t), nss: namespaces(t), started: map[string]*vapeval.Harness{}}
 	t.Cleanup(func() {
 		for _, s := range h.started {
 			s.Stop()
@@ -96,7 +96,7 @@ func newHarnesses(t *testing.T) *harnesses {
 	return h
 }
 
-func (h *harnesses) forParams(p vaptest.CaseParams) *vaptest.Harness {
+func (h *harnesses) forParams(p vapeval.CaseParams) *vapeval.Harness {
 	h.t.Helper()
 	var params []*unstructured.Unstructured
 	switch {
@@ -117,7 +117,7 @@ func (h *harnesses) forParams(p vaptest.CaseParams) *vaptest.Harness {
 	if s, ok := h.started[string(key)]; ok {
 		return s
 	}
-	s, err := vaptest.Start(context.Background(), vaptest.Env{Policies: h.bundle, Params: params, Namespaces: h.nss, Resources: vaptest.Resources})
+	s, err := vapeval.Start(context.Background(), vapeval.Env{Policies: h.bundle, Params: params, Namespaces: h.nss, Resources: vapeval.Resources})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestPolicyCases(t *testing.T) {
 	hs := newHarnesses(t)
 	total := 0
 	for _, dir := range policyDirs(t) {
-		cases, err := vaptest.LoadCases(dir)
+		cases, err := vapeval.LoadCases(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestEveryPolicyIsInstalled(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(d, "kustomization.yaml")); err != nil {
 			t.Errorf("policies/%s needs a kustomization.yaml listing policy.yaml and binding.yaml: %v", d, err)
 		}
-		cases, err := vaptest.LoadCases(d)
+		cases, err := vapeval.LoadCases(d)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,14 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
-	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 func loadCRDs(t *testing.T, paths ...string) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, p := range paths {
-		crd, err := vaptest.LoadCRD(p)
+		crd, err := vapeval.LoadCRD(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,13 +29,13 @@ func loadCRDs(t *testing.T, paths ...string) []*apiextensionsv1.CustomResourceDe
 
 func typeCheckAll(t *testing.T, crds []*apiextensionsv1.CustomResourceDefinition) {
 	t.Helper()
-	schemas, err := vaptest.NewCRDSchemas(crds...)
+	schemas, err := vapeval.NewCRDSchemas(crds...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := vaptest.NewRESTMapper(vaptest.Resources)
+	mapper := vapeval.NewRESTMapper(vapeval.Resources)
 	for _, p := range loadBundle(t) {
-		for _, w := range vaptest.TypeCheck(p.Policy, schemas, mapper) {
+		for _, w := range vapeval.TypeCheck(p.Policy, schemas, mapper) {
 			t.Errorf("%s: %s", p.Policy.Name, w)
 		}
 	}
@@ -88,7 +88,7 @@ func ciliumCRD(t *testing.T) string {
 func TestPoliciesCompileForCreate(t *testing.T) {
 	for _, v := range []string{"1.32", environment.DefaultCompatibilityVersion().String()} {
 		for _, p := range loadBundle(t) {
-			problems, err := vaptest.CompileForCreate(p.Policy, version.MustParse(v))
+			problems, err := vapeval.CompileForCreate(p.Policy, version.MustParse(v))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +99,7 @@ func TestPoliciesCompileForCreate(t *testing.T) {
 	}
 	var refused int
 	for _, p := range loadBundle(t) {
-		problems, err := vaptest.CompileForCreate(p.Policy, version.MustParse("1.31"))
+		problems, err := vapeval.CompileForCreate(p.Policy, version.MustParse("1.31"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,12 +15,12 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
-	"github.com/sandbox-fence/sandbox-fence/policies/internal/vaptest"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 // benchRequests are the writes a host sends most, as the plugin sees them:
 // the namespace, user and FenceConfig are those of policies/testdata.
-func benchRequests(b *testing.B) map[string]vaptest.Request {
+func benchRequests(b *testing.B) map[string]vapeval.Request {
 	b.Helper()
 	const ns, host = "sbx", "system:serviceaccount:sbx:sandbox-host"
 	sandboxGVK := schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"}
@@ -52,7 +52,7 @@ func benchRequests(b *testing.B) map[string]vaptest.Request {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return map[string]vaptest.Request{
+	return map[string]vapeval.Request{
 		"sandbox fenced suspend (UPDATE)": {
 			Operation: admission.Update, Kind: sandboxGVK, Resource: sandboxGVR, Namespace: ns, Name: "ws",
 			Object: sandbox("3", "Suspended"), OldObject: sandbox("2", "Running"), User: hostUser,
@@ -93,7 +93,7 @@ func benchRequests(b *testing.B) map[string]vaptest.Request {
 func BenchmarkVAPs(b *testing.B) {
 	ctx := context.Background()
 	bundle, params, nss := benchBundle(b)
-	h, err := vaptest.Start(ctx, vaptest.Env{Policies: bundle, Params: []*unstructured.Unstructured{params}, Namespaces: nss, Resources: vaptest.Resources})
+	h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Params: []*unstructured.Unstructured{params}, Namespaces: nss, Resources: vapeval.Resources})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func BenchmarkVAPs(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(total), "cel-cost/op")
-			b.ReportMetric(100*float64(worst)/float64(vaptest.PerCallLimit), "max-expr-%-of-limit")
+			b.ReportMetric(100*float64(worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
 		})
 	}
 }
@@ -126,7 +126,7 @@ func BenchmarkVAPs(b *testing.B) {
 // conjunction so that a variable read by several of them is charged once
 // (for an admitted request every validation runs, so the conjunction
 // evaluates them all). worst is the costliest single expression.
-func celCost(b *testing.B, bundle []*vaptest.PolicyDir, r vaptest.Request, params *unstructured.Unstructured, ns *corev1.Namespace) (total, worst int64) {
+func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, params *unstructured.Unstructured, ns *corev1.Namespace) (total, worst int64) {
 	b.Helper()
 	ctx := context.Background()
 	for _, p := range bundle {
@@ -137,7 +137,7 @@ func celCost(b *testing.B, bundle []*vaptest.PolicyDir, r vaptest.Request, param
 		if p.Policy.Spec.ParamKind != nil {
 			pr = params
 		}
-		exprs, err := vaptest.CompileExpressions(p.Policy)
+		exprs, err := vapeval.CompileExpressions(p.Policy)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func celCost(b *testing.B, bundle []*vaptest.PolicyDir, r vaptest.Request, param
 		}
 		conj.Spec.Validations = []admissionregistrationv1.Validation{{Expression: strings.Join(parts, " && ")}}
 		conj.Spec.MatchConditions = nil
-		all, err := vaptest.CompileExpressions(conj)
+		all, err := vapeval.CompileExpressions(conj)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -180,25 +180,25 @@ func celCost(b *testing.B, bundle []*vaptest.PolicyDir, r vaptest.Request, param
 }
 
 // benchBundle loads what policies_test.go's helpers load, for a *testing.B.
-func benchBundle(b *testing.B) ([]*vaptest.PolicyDir, *unstructured.Unstructured, []*corev1.Namespace) {
+func benchBundle(b *testing.B) ([]*vapeval.PolicyDir, *unstructured.Unstructured, []*corev1.Namespace) {
 	b.Helper()
 	matches, err := filepath.Glob("*/policy.yaml")
 	if err != nil || len(matches) == 0 {
 		b.Fatalf("no policies/*/policy.yaml: %v", err)
 	}
-	var bundle []*vaptest.PolicyDir
+	var bundle []*vapeval.PolicyDir
 	for _, m := range matches {
-		p, err := vaptest.LoadPolicyDir(filepath.Dir(m))
+		p, err := vapeval.LoadPolicyDir(filepath.Dir(m))
 		if err != nil {
 			b.Fatal(err)
 		}
 		bundle = append(bundle, p)
 	}
-	objs, err := vaptest.LoadObjects("testdata/fenceconfig.yaml")
+	objs, err := vapeval.LoadObjects("testdata/fenceconfig.yaml")
 	if err != nil || len(objs) != 1 {
 		b.Fatalf("testdata/fenceconfig.yaml: want one FenceConfig: %v", err)
 	}
-	nsObjs, err := vaptest.LoadObjects("testdata/namespaces.yaml")
+	nsObjs, err := vapeval.LoadObjects("testdata/namespaces.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -57,17 +57,17 @@ type FenceConfigSpec struct {
 	PerSandboxLabelKey string `json:"perSandboxLabelKey,omitempty"`
 
 	// BreakGlass are the identities that may repair a malformed holder epoch
-	// (SPEC 8.5). Never a host: the schema refuses a username listed in both.
+	// (contract §8.5). Never a host: the schema refuses a username listed in both.
 	BreakGlass BreakGlass `json:"breakGlass,omitempty"`
 
 	// StrictDelete makes the webhook refuse a bound host's DELETE of a
 	// Sandbox whose stored epoch is above 0 unless it carries
-	// preconditions.resourceVersion (SPEC 8.4). Off by default.
+	// preconditions.resourceVersion (contract §8.4). Off by default.
 	StrictDelete bool `json:"strictDelete,omitempty"`
 
 	// UniqueOwnerLabel makes the webhook refuse a per-sandbox policy whose
 	// selector value is also carried by another claim or Sandbox in the
-	// namespace (SPEC 4.4 item 3). Off by default.
+	// namespace (contract §4.4 item 3). Off by default.
 	UniqueOwnerLabel bool `json:"uniqueOwnerLabel,omitempty"`
 }
 

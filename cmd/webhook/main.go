@@ -1,5 +1,5 @@
 // Command webhook serves sandbox-fence's validating admission webhook: the
-// checks of SPEC 4.4 items 1-3 and strict delete (SPEC 8.4), which need the
+// checks of contract §4.4 items 1-3 and strict delete (contract §8.4), which need the
 // live state of other objects and so cannot be ValidatingAdmissionPolicies.
 // It is wiring only; the rules are in internal/admit and the admission
 // handlers in internal/webhook.

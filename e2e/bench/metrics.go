@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// The apiserver's own histograms for our enforcers (SPEC: every admission
+// The apiserver's own histograms for our enforcers (every admission
 // decision of the fence is timed by the server that makes it).
 const (
 	vapMetric     = "apiserver_validating_admission_policy_check_duration_seconds"

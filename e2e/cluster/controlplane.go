@@ -303,7 +303,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 
 // StartControllerManager starts kube-controller-manager with the
 // controllers the suite depends on: the garbage collector (it deletes a
-// per-sandbox policy with its owner, SPEC 4.1), the namespace controller
+// per-sandbox policy with its owner, contract §4.1), the namespace controller
 // (namespace teardown), the ClusterRole aggregation controller (the
 // operator is a namespace admin through the aggregated admin role) and the ValidatingAdmissionPolicy status controller
 // (it fills status.typeChecking, which the suite reads).

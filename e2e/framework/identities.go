@@ -34,7 +34,7 @@ func Impersonating(admin *rest.Config) MintUser {
 	}
 }
 
-// HostRules is the Role a host holds in its namespace (SPEC 6), including the
+// HostRules is the Role a host holds in its namespace (contract §6), including the
 // opt-in per-sandbox egress rules. It has no `update`: every host change is a
 // PATCH, so a PUT by the host must fail on RBAC before admission.
 func HostRules() []rbacv1.PolicyRule {
@@ -50,7 +50,7 @@ func HostRules() []rbacv1.PolicyRule {
 }
 
 // HostClusterRules lets the host read the fence before its first write
-// (SPEC 4.1: it refuses to write when the policy or binding is unreadable).
+// (contract §4.1: it refuses to write when the policy or binding is unreadable).
 func HostClusterRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{
 		APIGroups: []string{"admissionregistration.k8s.io"},
@@ -61,7 +61,7 @@ func HostClusterRules() []rbacv1.PolicyRule {
 
 // SetupIdentities creates the production-shaped identities with e.Admin and
 // fills the other Env identities: the fenced namespaces, the two host
-// ServiceAccounts with the SPEC 6 Role and tokens from the TokenRequest API,
+// ServiceAccounts with the contract §6 Role and tokens from the TokenRequest API,
 // the operator (built-in `admin` ClusterRole in the host namespace) and the
 // break-glass user. Each identity is checked with a SelfSubjectReview.
 func (e *Env) SetupIdentities(ctx context.Context, mint MintUser) error {

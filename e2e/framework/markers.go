@@ -212,7 +212,7 @@ func (e *Env) WaitForEnforcement(ctx context.Context, logf Logf) error {
 	return nil
 }
 
-// PerSandboxPolicy builds the host's exact SPEC 4.1 body with pkg/fence for
+// PerSandboxPolicy builds the host's exact contract §4.1 body with pkg/fence for
 // an owner in the host namespace.
 func (e *Env) PerSandboxPolicy(ownerKind, ownerName, ownerUID string, hosts []string) (*unstructured.Unstructured, error) {
 	return fence.BuildPerSandboxPolicy(fence.PolicyInput{

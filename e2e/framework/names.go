@@ -10,7 +10,7 @@ import (
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 )
 
-// Identities and namespaces that mirror a production install (SPEC 6): the
+// Identities and namespaces that mirror a production install (contract §6): the
 // host is a ServiceAccount holding exactly the host Role; the operator is a
 // namespace admin; break-glass is a human in a group listed in the
 // FenceConfig.

@@ -60,7 +60,7 @@ func (v Verdict) String() string {
 }
 
 // DeniedBy reports whether the write was refused by admission with HTTP 422
-// (SPEC 8.1: never 403, the host reads 403 as missing RBAC), by a policy or
+// (contract §8.1: never 403, the host reads 403 as missing RBAC), by a policy or
 // webhook whose name contains by, with a message containing every want.
 func (v Verdict) DeniedBy(by string, want ...string) error {
 	if v.Admitted {
@@ -70,7 +70,7 @@ func (v Verdict) DeniedBy(by string, want ...string) error {
 		return fmt.Errorf("want a denial by %s, got %s", by, v)
 	}
 	if v.Code != 422 {
-		return fmt.Errorf("want HTTP 422 (SPEC 8.1), got %s", v)
+		return fmt.Errorf("want HTTP 422 (contract §8.1), got %s", v)
 	}
 	for _, w := range want {
 		if !strings.Contains(v.Message, w) {

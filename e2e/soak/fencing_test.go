@@ -36,7 +36,7 @@ const (
 	// rogueEvery: every n-th write of a holder is a raw JSON patch that
 	// sets its epoch WITHOUT the test clause and without the client's
 	// local check, as a host with a broken client would: only the server's
-	// monotonic rule (SPEC 3.6 rule 4) stands between it and a lowering.
+	// monotonic rule (contract §3.6 rule 4) stands between it and a lowering.
 	rogueEvery = 8
 )
 
@@ -212,8 +212,8 @@ func TestFencingSoak(t *testing.T) {
 				case errors.Is(err, fence.ErrPatchNotApplied):
 					// A test clause failed: the stored epoch moved under
 					// the write. Stale iff it moved past this holder.
-					// Otherwise the client used its three attempts (SPEC
-					// 3.3) while older holders, not fenced off yet because
+					// Otherwise the client used its three attempts (contract
+					// §3.3) while older holders, not fenced off yet because
 					// this epoch was not stored yet, kept moving the object:
 					// contention, a retryable error, not a verdict.
 					if storedEpoch(ctx, ns, name) > e {
@@ -223,7 +223,7 @@ func TestFencingSoak(t *testing.T) {
 						examples.LoadOrStore("contention", err.Error())
 					}
 				case isDecreaseDenial(err):
-					// SPEC 3.6 rule 4 refused a lowering on the server. The
+					// contract §3.6 rule 4 refused a lowering on the server. The
 					// stored epoch only grows, so a denial is right iff it
 					// is above this holder's now.
 					if storedEpoch(ctx, ns, name) > e {

@@ -28,7 +28,7 @@ import (
 const webhookName = "cilium-egress.fence.sandbox.namzu.ai"
 
 // hostPolicy is the host's own per-sandbox policy: a claim created as the
-// host and its SPEC 4.1 policy, written through pkg/fence while the webhook
+// host and its contract §4.1 policy, written through pkg/fence while the webhook
 // is up. Its merge PATCH (an UPDATE the webhook verifies) is the "valid host
 // write" of the load; the same body with an invented owner uid is the write
 // the webhook must refuse.
@@ -73,7 +73,7 @@ func newHostPolicy(ctx context.Context, t *testing.T) hostPolicy {
 	return hostPolicy{valid: body, name: stored.GetName(), invalid: invalid}
 }
 
-// writeValid is the host's merge PATCH of its own policy (SPEC 4.1, the
+// writeValid is the host's merge PATCH of its own policy (contract §4.1, the
 // 409 path): admitted whenever the webhook can be asked.
 func (h hostPolicy) writeValid(ctx context.Context) error {
 	_, err := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Patch(ctx, h.name, types.MergePatchType, h.valid, metav1.PatchOptions{})
@@ -212,7 +212,7 @@ func (l *loadRun) admittedSince(ctx context.Context, t time.Time, timeout time.D
 	return at, err
 }
 
-// webhookRefusal is the webhook's own verdict (SPEC 8.1 prefix), as the API
+// webhookRefusal is the webhook's own verdict (contract §8.1 prefix), as the API
 // server relays it.
 func webhookRefusal(err error) bool {
 	msg := err.Error()

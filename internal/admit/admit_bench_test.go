@@ -47,7 +47,7 @@ func BenchmarkValidateCiliumOwner(b *testing.B) {
 	}
 }
 
-// BenchmarkValidateSandboxDelete is strict delete (SPEC 8.4) per request.
+// BenchmarkValidateSandboxDelete is strict delete (contract §8.4) per request.
 func BenchmarkValidateSandboxDelete(b *testing.B) {
 	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).StrictDelete().Obj()
 	old := tst.MakeSandbox("s").Epoch("3").Obj()
@@ -72,7 +72,7 @@ func BenchmarkValidateSandboxDelete(b *testing.B) {
 	}
 }
 
-// BenchmarkReadEpoch is the SPEC 3.1 grammar check.
+// BenchmarkReadEpoch is the contract §3.1 grammar check.
 func BenchmarkReadEpoch(b *testing.B) {
 	a := map[string]string{admit.EpochAnnotation: "9007199254740991"}
 	b.ReportAllocs()

@@ -21,7 +21,7 @@ var (
 )
 
 // ValidateCiliumOwner checks a bound host's CREATE or UPDATE (old non-nil) of
-// a per-sandbox CiliumNetworkPolicy against the live owner (SPEC 4.4 items
+// a per-sandbox CiliumNetworkPolicy against the live owner (contract §4.4 items
 // 1-3). The policy CEL admits is only as good as its owner reference: with
 // an invented uid, a stranger's name or a terminating owner, the selector
 // would open egress for pods that are not the sandbox's, and the policy
@@ -105,7 +105,7 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 }
 
 // checkUniqueLabel looks for other claims and Sandboxes whose pods carry the
-// same label (SPEC 4.4 item 3): the policy would open egress for their pods
+// same label (contract §4.4 item 3): the policy would open egress for their pods
 // too. A cached copy of the owner itself and objects owned by the owner (the Sandbox a claim adopted, which
 // inherits the claim's pod labels) are the same sandbox and do not count.
 // Refused when spec.uniqueOwnerLabel is set, a warning otherwise.

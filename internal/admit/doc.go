@@ -1,6 +1,6 @@
-// Package admit holds the webhook's rules: the checks of SPEC 4.4 items 1-3
+// Package admit holds the webhook's rules: the checks of contract §4.4 items 1-3
 // (the owner of a per-sandbox CiliumNetworkPolicy is a live object that
-// labels its own pods) and the strict delete of SPEC 8.4. They need the live
+// labels its own pods) and the strict delete of contract §8.4. They need the live
 // state of other objects, which CEL in a ValidatingAdmissionPolicy cannot
 // read; every shape rule CEL can express lives in the shipped policies
 // (policies/) and is deliberately not repeated here.

@@ -2,14 +2,14 @@ package admit
 
 import "strconv"
 
-// EpochAnnotation is the holder-epoch annotation on a Sandbox (SPEC 2).
+// EpochAnnotation is the holder-epoch annotation on a Sandbox (contract §2).
 const EpochAnnotation = "sandbox.namzu.ai/holder-epoch"
 
 // maxEpoch is 2^53-1: the host is JavaScript, and a larger value would round
-// on its side (SPEC 3.1).
+// on its side (contract §3.1).
 const maxEpoch = 9007199254740991
 
-// EpochState is how a stored epoch reads (SPEC 3.1).
+// EpochState is how a stored epoch reads (contract §3.1).
 type EpochState int
 
 const (

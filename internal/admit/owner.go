@@ -9,11 +9,11 @@ import (
 )
 
 // DefaultLabelKey is the per-sandbox pod label key when the FenceConfig sets
-// none (SPEC 4.1).
+// none (contract §4.1).
 const DefaultLabelKey = "sandbox.namzu.ai/per-sandbox-egress"
 
 // OwnerKind is one of the two objects a per-sandbox policy may belong to
-// (SPEC 4.1): the SandboxClaim of the pooled path or the Sandbox of the
+// (contract §4.1): the SandboxClaim of the pooled path or the Sandbox of the
 // pool-less path.
 type OwnerKind struct {
 	GVK schema.GroupVersionKind

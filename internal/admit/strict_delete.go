@@ -13,10 +13,10 @@ import (
 var preconditionPath = field.NewPath("preconditions", "resourceVersion")
 
 // ValidateSandboxDelete checks a bound host's DELETE of a Sandbox under
-// strict delete (SPEC 8.4, off unless spec.strictDelete). Once a workspace
+// strict delete (contract §8.4, off unless spec.strictDelete). Once a workspace
 // carries an epoch above 0 a holder fenced it, and an unconditional DELETE
 // from a stale holder would destroy it under the new holder's feet; the
-// fenced DELETE (SPEC 3.4) carries preconditions.resourceVersion from the
+// fenced DELETE (contract §3.4) carries preconditions.resourceVersion from the
 // read that checked the epoch, so the server refuses it (409) if anything
 // moved since. The precondition itself is enforced by the API server; this
 // rule only requires that one is sent.
@@ -48,5 +48,5 @@ func ValidateSandboxDelete(cfg *fencev1alpha1.FenceConfigSpec, old *unstructured
 		}
 	}
 	return field.ErrorList{field.Required(preconditionPath,
-		stored+"; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (SPEC 3.4)")}
+		stored+"; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (contract §3.4)")}
 }

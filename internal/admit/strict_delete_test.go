@@ -19,7 +19,7 @@ func TestValidateSandboxDelete(t *testing.T) {
 	empty := ""
 	fenced := &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
 	path := field.NewPath("preconditions", "resourceVersion")
-	const tail = "; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (SPEC 3.4)"
+	const tail = "; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (contract §3.4)"
 
 	cases := []struct {
 		name string

@@ -32,7 +32,7 @@ const (
 	SandboxDeletePath = "/validate-sandbox-delete"
 )
 
-// Message prefixes (SPEC 8.1): the rule family, so a client can tell which
+// Message prefixes (contract §8.1): the rule family, so a client can tell which
 // fence refused it.
 const (
 	ciliumFamily = "cilium-fence"
@@ -72,7 +72,7 @@ func isServiceAccount(username string) bool {
 }
 
 // CiliumHandler verifies the owner of a bound host's per-sandbox
-// CiliumNetworkPolicy (SPEC 4.4 items 1-3).
+// CiliumNetworkPolicy (contract §4.4 items 1-3).
 type CiliumHandler struct {
 	Config ConfigSource
 	Owners admit.OwnerLookup
@@ -139,7 +139,7 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	return admission.Allowed("").WithWarnings(warnings...)
 }
 
-// SandboxDeleteHandler enforces strict delete (SPEC 8.4). It is only
+// SandboxDeleteHandler enforces strict delete (contract §8.4). It is only
 // reached when the strict-delete component routes Sandbox DELETEs here, and
 // it refuses only when spec.strictDelete is set too.
 type SandboxDeleteHandler struct {
@@ -167,7 +167,7 @@ func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request
 	cfg, err := h.Config.get(lctx)
 	if apierrors.IsNotFound(err) {
 		// Strict delete is configuration; with no configuration it is off,
-		// as SPEC 8.4 makes it by default.
+		// as contract §8.4 makes it by default.
 		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
 		return admission.Allowed("holder-epoch: no FenceConfig, strict delete is off")
 	}
@@ -262,7 +262,7 @@ func decodeOwnerReferences(raw []byte) (*unstructured.Unstructured, error) {
 	return obj, nil
 }
 
-// denial is a 422 Invalid (SPEC 8.1: never 403, which a host reads as
+// denial is a 422 Invalid (contract §8.1: never 403, which a host reads as
 // missing RBAC) whose details.causes carry the field paths. The message
 // starts with the rule family.
 func denial(family string, gk schema.GroupKind, name string, errs field.ErrorList, warnings []string) admission.Response {

@@ -349,7 +349,7 @@ func TestSandboxDeleteHandler(t *testing.T) {
 	rv := "1001"
 	precondition := &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"},
 		Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
-	const required = `Required value: the stored holder epoch is 3; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (SPEC 3.4)`
+	const required = `Required value: the stored holder epoch is 3; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (contract §3.4)`
 
 	cases := []struct {
 		name       string

@@ -58,7 +58,7 @@ func wantEntry(name, path string, rule admissionregistrationv1.RuleWithOperation
 		Name: name, Path: path, Rules: []admissionregistrationv1.RuleWithOperations{rule},
 		// Fail closed: an unverified host write is refused (docs/webhook.md).
 		FailurePolicy: admissionregistrationv1.Fail,
-		// Equivalent, so writes through every served version are seen (SPEC 1).
+		// Equivalent, so writes through every served version are seen (contract §1).
 		MatchPolicy: admissionregistrationv1.Equivalent, SideEffects: admissionregistrationv1.SideEffectClassNone,
 		TimeoutSeconds: 5, AdmissionReviewVersions: []string{"v1"},
 		NamespaceSelector: &metav1.LabelSelector{
@@ -91,7 +91,7 @@ func TestShippedWebhookConfiguration(t *testing.T) {
 		want       []entry
 	}{{
 		// The default install never routes a Sandbox DELETE to the webhook:
-		// strict delete is off by default (SPEC 8.4).
+		// strict delete is off by default (contract §8.4).
 		name: "the default install routes only policy writes to the webhook",
 		dir:  "webhook",
 		want: []entry{cilium},

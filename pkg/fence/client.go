@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// maxAttempts bounds every retry loop of SPEC 3.3 and 3.4.
+// maxAttempts bounds every retry loop of contract §3.3 and 3.4.
 const maxAttempts = 3
 
 // Options configure a Client. The zero value is the shipped defaults.
@@ -34,15 +34,15 @@ type Options struct {
 }
 
 // Client drives Sandboxes and per-sandbox egress policies through the
-// dynamic client with the wire contract of SPEC 3 and 4: a gate read before
+// dynamic client with the wire contract of contract §3 and 4: a gate read before
 // every fenced write, one conditional JSON Patch built from that read, and the
-// bounded retries of SPEC 3.3. Errors match the sentinels of this package
+// bounded retries of contract §3.3. Errors match the sentinels of this package
 // (ErrStaleEpoch, ErrUnreadableEpoch, ErrPatchNotApplied, ErrConflict,
 // ErrGone, ErrFenceNotInstalled, ErrReadBackMismatch) or are an
 // *AdmissionDeniedError; the API error stays reachable with errors.As.
 //
 // Every epoch argument is optional: nil sends the unfenced request the host
-// always sent (SPEC 3.3), which the server admits without looking at epochs.
+// always sent (contract §3.3), which the server admits without looking at epochs.
 type Client struct {
 	dyn         dynamic.Interface
 	opts        Options
@@ -70,7 +70,7 @@ func (c *Client) sandboxes(namespace string) dynamic.ResourceInterface {
 	return c.dyn.Resource(SandboxGVR).Namespace(namespace)
 }
 
-// CreateWorkspace POSTs a Sandbox with the annotations of SPEC 3.3: the
+// CreateWorkspace POSTs a Sandbox with the annotations of contract §3.3: the
 // pod-template-hash of spec.podTemplate and, when epoch is set, the holder
 // epoch. The caller's object is not modified.
 func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unstructured, epoch *uint64) (*unstructured.Unstructured, error) {
@@ -90,7 +90,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unst
 	annotations[AnnotationPodTemplateHash] = hash
 	if epoch != nil {
 		if *epoch > MaxEpoch {
-			return nil, fmt.Errorf("epoch %d is above 9007199254740991 (SPEC 3.1)", *epoch)
+			return nil, fmt.Errorf("epoch %d is above 9007199254740991 (contract §3.1)", *epoch)
 		}
 		annotations[AnnotationHolderEpoch] = FormatEpoch(*epoch)
 	}
@@ -128,7 +128,7 @@ func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch uint64
 
 // RefreshTemplate replaces the pod template of a Suspended workspace and
 // resumes it, as one JSON Patch conditional on the workspace still being
-// Suspended (SPEC 3.2's refresh). A workspace that is not Suspended is
+// Suspended (contract §3.2's refresh). A workspace that is not Suspended is
 // refused locally with ErrPatchNotApplied.
 func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, template any, epoch *uint64) (*unstructured.Unstructured, error) {
 	if template == nil {
@@ -154,7 +154,7 @@ func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, te
 	return out, err
 }
 
-// write runs one fenced or unfenced PATCH of SPEC 3.3: gate read, refuse
+// write runs one fenced or unfenced PATCH of contract §3.3: gate read, refuse
 // locally, send, and on a 422 re-read and retry only if the object moved.
 // Optional refusers run after each build and stop the write locally.
 func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint64, input func(*unstructured.Unstructured, Reading) PatchInput, refusers ...func() error) (*unstructured.Unstructured, error) {
@@ -208,7 +208,7 @@ func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint6
 }
 
 // patchBody is the fenced JSON Patch, or the unfenced merge patch when the
-// write carries no epoch and no test (SPEC 3.3).
+// write carries no epoch and no test (contract §3.3).
 func patchBody(in PatchInput) (types.PatchType, []byte, error) {
 	if in.Epoch == nil && len(in.ExtraTests) == 0 && in.PodTemplate == nil {
 		body, err := BuildMergePatch(in)
@@ -222,7 +222,7 @@ func patchBody(in PatchInput) (types.PatchType, []byte, error) {
 	return types.JSONPatchType, body, err
 }
 
-// Delete deletes a Sandbox. With an epoch it is the fenced DELETE of SPEC 3.4:
+// Delete deletes a Sandbox. With an epoch it is the fenced DELETE of contract §3.4:
 // preconditions.resourceVersion of the gate read, re-read and re-checked on a
 // 409, three attempts at most. A Sandbox already gone counts as deleted.
 func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint64) error {
@@ -262,7 +262,7 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 	}
 }
 
-// ApplyEgress writes the per-sandbox policy of in (SPEC 4.1): POST, on 409 a
+// ApplyEgress writes the per-sandbox policy of in (contract §4.1): POST, on 409 a
 // merge PATCH of the same full body, then a read-back that must equal what
 // was written. The first call checks the fence is installed (CheckEgressFence).
 func (c *Client) ApplyEgress(ctx context.Context, in PolicyInput) (*unstructured.Unstructured, error) {
@@ -324,7 +324,7 @@ func jsonRoundTrip(v any) map[string]any {
 // RemoveEgress deletes the per-sandbox policy of an owner uid; a policy
 // already gone counts as removed.
 //
-// SPEC 4.1 has the TypeScript host send a bodyless DELETE. client-go's
+// contract §4.1 has the TypeScript host send a bodyless DELETE. client-go's
 // dynamic client always sends a DeleteOptions body, so this one carries
 // {"kind":"DeleteOptions","apiVersion":"v1"} with no option set, which the
 // API server reads exactly as no body (the fence matches on the name only).
@@ -339,7 +339,7 @@ func (c *Client) RemoveEgress(ctx context.Context, namespace, ownerUID string) e
 // CheckEgressFence GETs the egress ValidatingAdmissionPolicy and its binding
 // by name and fails with ErrFenceNotInstalled when either is missing (404) or
 // unreadable (403): without the fence, a per-sandbox policy would be the only
-// thing standing between a sandbox and the whole internet (SPEC 4.1). A
+// thing standing between a sandbox and the whole internet (contract §4.1). A
 // success is remembered for the life of the Client.
 func (c *Client) CheckEgressFence(ctx context.Context) error {
 	if c.fenceExists.Load() {
@@ -353,7 +353,7 @@ func (c *Client) CheckEgressFence(ctx context.Context) error {
 		case apierrors.IsNotFound(err):
 			return fmt.Errorf("%w: %s %q is missing; install sandbox-fence (or set Options.EgressPolicyName/EgressBindingName to the installed names)", ErrFenceNotInstalled, kind, gvrName)
 		case apierrors.IsForbidden(err):
-			return fmt.Errorf("%w: %s %q is unreadable; grant this identity get on validatingadmissionpolicies and validatingadmissionpolicybindings (SPEC 6): %w", ErrFenceNotInstalled, kind, gvrName, err)
+			return fmt.Errorf("%w: %s %q is unreadable; grant this identity get on validatingadmissionpolicies and validatingadmissionpolicybindings (contract §6): %w", ErrFenceNotInstalled, kind, gvrName, err)
 		}
 		return classify(err, "read "+kind+" "+gvrName)
 	}
@@ -375,7 +375,7 @@ func (c *Client) CheckEgressFence(ctx context.Context) error {
 
 func isGone(err error) bool { return apierrors.IsNotFound(err) || apierrors.IsGone(err) }
 
-// classify maps an API error to the package's error kinds (SPEC 3.5): an
+// classify maps an API error to the package's error kinds (contract §3.5): an
 // admission denial (any code; upstream policies deny with 403) becomes an
 // *AdmissionDeniedError, a 422 without one ErrPatchNotApplied, 409
 // ErrConflict, 404/410 ErrGone. The API error stays wrapped.

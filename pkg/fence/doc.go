@@ -1,16 +1,16 @@
 // Package fence is the Go client of the sandbox-fence wire contract: the
 // holder-epoch fencing token on agent Sandboxes and the per-sandbox
-// CiliumNetworkPolicy egress fence (see SPEC.md in the project).
+// CiliumNetworkPolicy egress fence (docs/contract.md in the project).
 //
 // The pure parts build exactly the bytes a TypeScript host of @namzu/sandbox
 // sends, so Go and TypeScript hosts can drive the same workspaces:
 //
-//   - ReadHolderEpoch and ParseEpoch read the epoch of one GET (SPEC 3.1);
+//   - ReadHolderEpoch and ParseEpoch read the epoch of one GET (contract §3.1);
 //   - BuildHolderEpochPatch builds the conditional JSON Patch of a fenced write
-//     (SPEC 3.2) and BuildMergePatch the body of an unfenced one (SPEC 3.3);
-//   - PodTemplateHash reproduces the host's pod-template-hash (SPEC 5);
+//     (contract §3.2) and BuildMergePatch the body of an unfenced one (contract §3.3);
+//   - PodTemplateHash reproduces the host's pod-template-hash (contract §5);
 //   - NormalizeHost and BuildPerSandboxPolicy build the per-sandbox egress
-//     policy (SPEC 4).
+//     policy (contract §4).
 //
 // A fenced suspend, from one read:
 //
@@ -27,7 +27,7 @@
 //	body, err := fence.MarshalPatch(ops) // PATCH as application/json-patch+json
 //
 // Client runs those writes against the API server with the gate read, the
-// local refusals and the bounded retries of SPEC 3.3 and 3.4, and returns
+// local refusals and the bounded retries of contract §3.3 and 3.4, and returns
 // errors to branch on:
 //
 //	c := fence.NewClient(dynamic.NewForConfigOrDie(cfg), fence.Options{})

@@ -12,7 +12,7 @@ import (
 )
 
 // Owner kinds of a per-sandbox policy, each paired with its one apiVersion
-// (SPEC 4.1; the fence checks the pair, not two independent lists).
+// (contract §4.1; the fence checks the pair, not two independent lists).
 const (
 	OwnerKindSandboxClaim = "SandboxClaim"
 	OwnerKindSandbox      = "Sandbox"
@@ -25,7 +25,7 @@ var ownerAPIVersions = map[string]string{
 
 var hostRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
-// NormalizeHost applies the host-name grammar of SPEC 4.2 and returns the
+// NormalizeHost applies the host-name grammar of contract §4.2 and returns the
 // entry lowercased, keeping its leading dot (".example.com" means the domain
 // and every subdomain). NormalizeHost of its own result returns it unchanged.
 //
@@ -79,14 +79,14 @@ type PolicyInput struct {
 	Namespace string
 	// LabelKey is the endpointSelector key; "" means DefaultPerSandboxLabelKey.
 	LabelKey string
-	// Hosts are entries in the SPEC 4.2 grammar, emitted in input order.
+	// Hosts are entries in the contract §4.2 grammar, emitted in input order.
 	Hosts []string
 }
 
 // PolicyName is the name of the per-sandbox policy of an owner uid.
 func PolicyName(ownerUID string) string { return PolicyNamePrefix + ownerUID }
 
-// BuildPerSandboxPolicy builds the exact body of SPEC 4.1: one DNS-visibility
+// BuildPerSandboxPolicy builds the exact body of contract §4.1: one DNS-visibility
 // rule, then one toFQDNs rule with every host in input order.
 //
 // Duplicates: an entry whose selectors were all emitted already (the same
@@ -105,7 +105,7 @@ func buildPerSandboxPolicy(in PolicyInput) (*unstructured.Unstructured, field.Er
 		errs = append(errs, field.NotSupported(field.NewPath("owner", "kind"), in.Owner.Kind, []string{OwnerKindSandboxClaim, OwnerKindSandbox}))
 	}
 	// The owner name is the selector's label value: the fence refuses one
-	// that is not a valid label value (SPEC 4.4 item 2), so refuse it here.
+	// that is not a valid label value (contract §4.4 item 2), so refuse it here.
 	if in.Owner.Name == "" {
 		errs = append(errs, field.Required(field.NewPath("owner", "name"), "the name of the SandboxClaim or Sandbox"))
 	} else {

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// EpochState is what reading the holder-epoch annotation found (SPEC 3.1).
+// EpochState is what reading the holder-epoch annotation found (contract §3.1).
 type EpochState int
 
 const (
@@ -34,7 +34,7 @@ func (s EpochState) String() string {
 	return fmt.Sprintf("EpochState(%d)", int(s))
 }
 
-// Reading is everything one GET tells a fenced write (SPEC 3.2): the epoch
+// Reading is everything one GET tells a fenced write (contract §3.2): the epoch
 // state, the exact stored string (the test clause must send it verbatim), the
 // presence of the annotations map (decides per-key adds versus one whole-map
 // add) and the resourceVersion (the fallback test clause). Build every patch
@@ -53,7 +53,7 @@ type Reading struct {
 }
 
 // ReadHolderEpoch reads the holder epoch of obj in one of the four shapes of
-// SPEC 3.1: well-formed, malformed, a map without the key, or no map.
+// contract §3.1: well-formed, malformed, a map without the key, or no map.
 func ReadHolderEpoch(obj metav1.Object) Reading {
 	annotations := obj.GetAnnotations()
 	r := Reading{HasAnnotations: annotations != nil, ResourceVersion: obj.GetResourceVersion()}
@@ -73,7 +73,7 @@ func ReadHolderEpoch(obj metav1.Object) Reading {
 
 // Allows reports whether a write carrying epoch may go ahead on what was read:
 // the stored epoch (0 when absent) is at most epoch. A malformed stored value
-// allows nothing, since only break-glass identities may repair it (SPEC 3.6
+// allows nothing, since only break-glass identities may repair it (contract §3.6
 // rule 6).
 func (r Reading) Allows(epoch uint64) bool {
 	return r.State != EpochMalformed && r.Epoch <= epoch
@@ -102,7 +102,7 @@ func (r Reading) moved(now Reading) bool {
 // errEpochSyntax is wrapped by every ParseEpoch error.
 var errEpochSyntax = errors.New("a holder epoch is a decimal integer from 0 to 9007199254740991 without sign, leading zero, exponent or whitespace")
 
-// ParseEpoch parses a holder epoch with the exact grammar of SPEC 3.1:
+// ParseEpoch parses a holder epoch with the exact grammar of contract §3.1:
 // ^(0|[1-9][0-9]*)$ and at most MaxEpoch. It never goes through a float, whose
 // rounding would make 9007199254740993 read as a smaller, admissible value.
 func ParseEpoch(s string) (uint64, error) {

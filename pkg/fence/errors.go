@@ -24,10 +24,10 @@ var (
 	// ErrGone: the object does not exist (404 or 410).
 	ErrGone = errors.New("object gone")
 	// ErrFenceNotInstalled: the egress fence's policy or binding is missing or
-	// unreadable, so per-sandbox egress must not be written (SPEC 4.1).
+	// unreadable, so per-sandbox egress must not be written (contract §4.1).
 	ErrFenceNotInstalled = errors.New("egress fence not installed")
 	// ErrReadBackMismatch: the stored policy differs from what was written;
-	// admission must never mutate (SPEC 8.2), so something rewrote it.
+	// admission must never mutate (contract §8.2), so something rewrote it.
 	ErrReadBackMismatch = errors.New("read-back differs from the written policy")
 )
 
@@ -65,10 +65,10 @@ func (e *UnreadableEpochError) Is(target error) bool { return target == ErrUnrea
 func (e *UnreadableEpochError) Unwrap() error { return e.Err }
 
 // AdmissionDeniedError is a denial by a ValidatingAdmissionPolicy or by an
-// admission webhook, parsed from Status.message (SPEC 3.5). Exactly one of
+// admission webhook, parsed from Status.message (contract §3.5). Exactly one of
 // Policy (with Binding) or Webhook is set.
 type AdmissionDeniedError struct {
-	// Code is the HTTP status (422 for every sandbox-fence denial, SPEC 8.1).
+	// Code is the HTTP status (422 for every sandbox-fence denial, contract §8.1).
 	Code    int32
 	Policy  string
 	Binding string
@@ -90,7 +90,7 @@ func (e *AdmissionDeniedError) Error() string {
 // Unwrap returns the API error.
 func (e *AdmissionDeniedError) Unwrap() error { return e.Err }
 
-// The exact prefixes the apiserver writes (SPEC 3.5). The message may be
+// The exact prefixes the apiserver writes (contract §3.5). The message may be
 // wrapped (e.g. `Sandbox "a" is invalid: ...`), so they are searched, not
 // anchored.
 var (

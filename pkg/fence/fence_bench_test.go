@@ -58,7 +58,7 @@ func stored(annotations map[string]string) *unstructured.Unstructured {
 }
 
 // BenchmarkBuildHolderEpochPatch is the host's cost per fenced write, from
-// the gate read to the wire bytes: read the epoch, build the SPEC 3.2 patch,
+// the gate read to the wire bytes: read the epoch, build the contract §3.2 patch,
 // marshal it.
 func BenchmarkBuildHolderEpochPatch(b *testing.B) {
 	epoch := uint64(2)
@@ -117,14 +117,14 @@ func BenchmarkBuildHolderEpochPatch(b *testing.B) {
 	}
 }
 
-// BenchmarkPodTemplateHash is SPEC 5's canonical JSON + SHA-256, on the
-// smallest vector of the SPEC and on a realistic template.
+// BenchmarkPodTemplateHash is contract §5's canonical JSON + SHA-256, on the
+// smallest vector of contract §5 and on a realistic template.
 func BenchmarkPodTemplateHash(b *testing.B) {
 	small := map[string]any{"spec": map[string]any{"nodeSelector": map[string]any{"9": "b", "10": "a", "a": "c"}}}
 	for _, c := range []struct {
 		name string
 		tpl  any
-	}{{"SPEC vector", small}, {"realistic template", benchTemplate(b)}} {
+	}{{"contract vector", small}, {"realistic template", benchTemplate(b)}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -136,7 +136,7 @@ func BenchmarkPodTemplateHash(b *testing.B) {
 	}
 }
 
-// BenchmarkBuildPerSandboxPolicy is the host's cost to build the SPEC 4.1
+// BenchmarkBuildPerSandboxPolicy is the host's cost to build the contract §4.1
 // body, host-name grammar included.
 func BenchmarkBuildPerSandboxPolicy(b *testing.B) {
 	in := fence.PolicyInput{

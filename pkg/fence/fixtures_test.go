@@ -58,7 +58,7 @@ func (b *sandboxBuilder) Obj() *unstructured.Unstructured { return b.u.DeepCopy(
 
 func ptr[T any](v T) *T { return &v }
 
-// compact removes the layout whitespace of a SPEC example.
+// compact removes the layout whitespace of a contract example.
 func compact(t *testing.T, s string) string {
 	t.Helper()
 	var b bytes.Buffer
@@ -68,7 +68,7 @@ func compact(t *testing.T, s string) string {
 	return b.String()
 }
 
-// The first two examples of SPEC 3.2, verbatim (layout whitespace included).
+// The first two examples of contract §3.2, verbatim (layout whitespace included).
 const (
 	specSteadyStateSuspend = `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},

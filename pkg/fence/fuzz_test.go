@@ -14,7 +14,7 @@ import (
 var epochGrammar = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
 
 // FuzzReadHolderEpoch checks ReadHolderEpoch against an oracle that shares no
-// code with it: the SPEC 3.1 regexp and an arbitrary-precision bound.
+// code with it: the contract §3.1 regexp and an arbitrary-precision bound.
 func FuzzReadHolderEpoch(f *testing.F) {
 	for _, s := range []string{"0", "1", "01", "-1", "+1", " 1", "9007199254740991", "9007199254740992", "18446744073709551616", "١", ""} {
 		f.Add(s, true, true, "1001")
@@ -91,7 +91,7 @@ var (
 )
 
 // FuzzNormalizeHost: a normalized host re-normalizes to itself, and every
-// selector built from it is one the fence admits (SPEC 4.3 rule 7).
+// selector built from it is one the fence admits (contract §4.3 rule 7).
 func FuzzNormalizeHost(f *testing.F) {
 	for _, s := range []string{"api.example.com", ".example.com", "Registry.NPMjs.org", "*.example.com", "10.0.0.1", ".com", "..a.b", "a.b.", "\u212Aa.com", "-a.b"} {
 		f.Add(s)

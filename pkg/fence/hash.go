@@ -20,7 +20,7 @@ import (
 // PodTemplateHash returns the pod-template-hash annotation value of a
 // template: "sha256:" + lowercase hex SHA-256 of
 // JSON.stringify(canonical(template)) exactly as the TypeScript host computes
-// it (SPEC 5), so Go and TypeScript hosts agree on drift. The template is
+// it (contract §5), so Go and TypeScript hosts agree on drift. The template is
 // marshalled with encoding/json first; pass the template as written (after the
 // template label and runtimeClassName overlays).
 func PodTemplateHash(template any) (string, error) {

@@ -34,7 +34,7 @@ type Operation struct {
 }
 
 // MarshalJSON writes the members in RFC 6902 order without HTML escaping, so
-// the bytes match the host's JSON.stringify (SPEC 3.2).
+// the bytes match the host's JSON.stringify (contract §3.2).
 func (o Operation) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(`{"op":`)
@@ -88,14 +88,14 @@ func AnnotationPointer(key string) string {
 }
 
 // Annotation is one key/value pair; slices of them keep the wire order that
-// SPEC 3.2 fixes.
+// contract §3.2 fixes.
 type Annotation struct {
 	Key   string
 	Value string
 }
 
 // annotationList marshals as a JSON object in slice order (a Go map would be
-// sorted, and SPEC 3.2 fixes holder-epoch, changed-at, then the extra keys).
+// sorted, and contract §3.2 fixes holder-epoch, changed-at, then the extra keys).
 type annotationList []Annotation
 
 // MarshalJSON writes the members in slice order.
@@ -158,7 +158,7 @@ func (in PatchInput) annotations() annotationList {
 func (in PatchInput) validate() field.ErrorList {
 	var errs field.ErrorList
 	if in.Epoch != nil && *in.Epoch > MaxEpoch {
-		errs = append(errs, field.Invalid(field.NewPath("epoch"), *in.Epoch, "must be at most 9007199254740991 (SPEC 3.1)"))
+		errs = append(errs, field.Invalid(field.NewPath("epoch"), *in.Epoch, "must be at most 9007199254740991 (contract §3.1)"))
 	}
 	switch in.Mode {
 	case "":
@@ -193,7 +193,7 @@ func (in PatchInput) validate() field.ErrorList {
 	return errs
 }
 
-// BuildHolderEpochPatch builds the JSON Patch of SPEC 3.2: every test first
+// BuildHolderEpochPatch builds the JSON Patch of contract §3.2: every test first
 // (the epoch clause, the caller's tests, then the resourceVersion test an
 // unfenced whole-map add needs), then the annotations in fixed key order, then
 // spec.podTemplate, then spec.operatingMode.
@@ -273,7 +273,7 @@ func buildHolderEpochPatch(in PatchInput) ([]Operation, field.ErrorList) {
 	return ops, nil
 }
 
-// BuildMergePatch builds the body of an unfenced write (SPEC 3.3): a JSON
+// BuildMergePatch builds the body of an unfenced write (contract §3.3): a JSON
 // merge patch of the changed-at and extra annotations and the mode, exactly
 // what a host without an epoch always sent. A pod template is refused: a merge
 // patch would keep map entries the new template dropped.

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Writes the pod-template-hash vectors of pkg/fence (SPEC 5), one JSON record
+// Writes the pod-template-hash vectors of pkg/fence (contract §5), one JSON record
 // per line: {"name", "input" (a JSON text), "canonical", "hash"}. The hash is
 // computed here, by JavaScript itself, with the host's algorithm; the Go port
 // must reproduce every line. Deterministic (seeded), no npm packages:
@@ -11,7 +11,7 @@
 'use strict';
 const crypto = require('node:crypto');
 
-// The host's canonicalisation (SPEC 5): sort keys by UTF-16 code units into a
+// The host's canonicalisation (contract §5): sort keys by UTF-16 code units into a
 // fresh object, drop undefined members. JavaScript then enumerates
 // array-index keys first, and out['__proto__'] = v sets the prototype instead
 // of a member: both are behaviours of the language the Go port must copy.
@@ -193,7 +193,7 @@ function text(v) {
 const out = [];
 const add = (name, input) => out.push(vector(name, input));
 
-// SPEC 5's own vectors, verbatim.
+// contract §5's own vectors, verbatim.
 add('spec5 workspace template', '{"metadata":{"labels":{"sandbox.namzu.ai/template":"namzu-workspace"}},"spec":{"containers":[{"image":"namzu/agent:1","name":"main","volumeDevices":[{"devicePath":"/dev/workspace","name":"workspace"}]}],"terminationGracePeriodSeconds":5}}');
 add('spec5 array-index keys', '{"spec":{"nodeSelector":{"9":"b","10":"a","a":"c"}}}');
 

@@ -1,4 +1,4 @@
-package vaptest
+package vapeval
 
 import (
 	"context"
@@ -291,7 +291,7 @@ func (h *Harness) Run(ctx context.Context, in CaseInput) (Verdict, error) {
 }
 
 // Problems lists every way v differs from what c expects, plus denials that
-// break the project's rules whatever the case says (SPEC 8.1): a message
+// break the project's rules whatever the case says (contract §8.1): a message
 // without its family prefix, a compilation error.
 func (c *Case) Problems(v Verdict) []string {
 	var out []string
@@ -323,10 +323,10 @@ func (c *Case) Problems(v Verdict) []string {
 	policyWorded := strings.Contains(v.Message, " denied request: ") && !strings.Contains(v.Message, " denied request: failed to configure binding: ")
 	if policyWorded &&
 		!strings.Contains(v.Message, " denied request: holder-epoch: ") && !strings.Contains(v.Message, " denied request: cilium-fence: ") {
-		out = append(out, "a policy denial must start with holder-epoch: or cilium-fence: (SPEC 8.1): "+v.Message)
+		out = append(out, "a policy denial must start with holder-epoch: or cilium-fence: (contract §8.1): "+v.Message)
 	}
 	if strings.Contains(v.Message, " denied request: ") && (v.Code != 422 || v.Reason != metav1.StatusReasonInvalid) {
-		out = append(out, fmt.Sprintf("a policy denial must be 422 Invalid (SPEC 8.1), got %d %s", v.Code, v.Reason))
+		out = append(out, fmt.Sprintf("a policy denial must be 422 Invalid (contract §8.1), got %d %s", v.Code, v.Reason))
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-// Package vaptest evaluates the shipped ValidatingAdmissionPolicies offline
+// Package vapeval evaluates the shipped ValidatingAdmissionPolicies offline
 // with the API server's own validating admission policy plugin
 // (k8s.io/apiserver/pkg/admission/plugin/policy/validating), so that matching
 // (resource rules, namespace selectors, match conditions), params, CEL and
@@ -10,4 +10,4 @@
 // validation of the policies (a case whose message contains "compilation
 // error:" fails), CRD defaulting and pruning of the request object, and
 // conversion between served versions.
-package vaptest
+package vapeval

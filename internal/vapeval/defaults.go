@@ -1,4 +1,4 @@
-package vaptest
+package vapeval
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"

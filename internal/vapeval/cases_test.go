@@ -1,4 +1,4 @@
-package vaptest
+package vapeval
 
 import (
 	"testing"
@@ -33,8 +33,8 @@ func TestCaseProblems(t *testing.T) {
 				`code 403, want 422 (message: x "y" is forbidden: ValidatingAdmissionPolicy 'q' with binding 'q-binding' denied request: oops)`,
 				`message "x \"y\" is forbidden: ValidatingAdmissionPolicy 'q' with binding 'q-binding' denied request: oops" does not contain "zzz"`,
 				`message "x \"y\" is forbidden: ValidatingAdmissionPolicy 'q' with binding 'q-binding' denied request: oops" is not from policy p`,
-				`a policy denial must start with holder-epoch: or cilium-fence: (SPEC 8.1): x "y" is forbidden: ValidatingAdmissionPolicy 'q' with binding 'q-binding' denied request: oops`,
-				`a policy denial must be 422 Invalid (SPEC 8.1), got 403 Forbidden`,
+				`a policy denial must start with holder-epoch: or cilium-fence: (contract §8.1): x "y" is forbidden: ValidatingAdmissionPolicy 'q' with binding 'q-binding' denied request: oops`,
+				`a policy denial must be 422 Invalid (contract §8.1), got 403 Forbidden`,
 			}},
 		{"a compilation error fails even an admitted case", &Case{Expect: Expect{Allowed: true}},
 			Verdict{Allowed: true, Message: "compilation error: x"}, []string{"the policy did not compile: compilation error: x"}},

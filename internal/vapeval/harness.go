@@ -1,4 +1,4 @@
-package vaptest
+package vapeval
 
 import (
 	"context"
@@ -171,14 +171,14 @@ func (unstructuredObjects) Recognizes(schema.GroupVersionKind) bool { return tru
 func (unstructuredObjects) Default(runtime.Object) {}
 
 func (unstructuredObjects) Convert(in, out, context any) error {
-	return fmt.Errorf("vaptest converts nothing: a policy matched a version other than the request's")
+	return fmt.Errorf("vapeval converts nothing: a policy matched a version other than the request's")
 }
 
 func (unstructuredObjects) ConvertToVersion(in runtime.Object, gv runtime.GroupVersioner) (runtime.Object, error) {
 	if gvk, ok := gv.KindForGroupVersionKinds([]schema.GroupVersionKind{in.GetObjectKind().GroupVersionKind()}); ok && gvk == in.GetObjectKind().GroupVersionKind() {
 		return in, nil
 	}
-	return nil, fmt.Errorf("vaptest converts nothing: %v to %v", in.GetObjectKind().GroupVersionKind(), gv)
+	return nil, fmt.Errorf("vapeval converts nothing: %v to %v", in.GetObjectKind().GroupVersionKind(), gv)
 }
 
 func (unstructuredObjects) ConvertFieldLabel(gvk schema.GroupVersionKind, label, value string) (string, string, error) {

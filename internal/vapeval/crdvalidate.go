@@ -1,4 +1,4 @@
-package vaptest
+package vapeval
 
 import (
 	"context"
