@@ -115,18 +115,30 @@ func TestKindProviderRefusesToStartWithoutTheImageArchive(t *testing.T) {
 	}
 }
 
-func TestKindProviderCreatesLoadsAndDeletesTheNamedCluster(t *testing.T) {
+// kindUpToLoad runs Setup against f until kind load fails (there is no
+// container engine in unit tests), so that every call before it is recorded.
+func kindUpToLoad(t *testing.T, f *fakeKind) *Kind {
+	t.Helper()
 	archive := filepath.Join(t.TempDir(), "webhook-image.tar")
 	if err := os.WriteFile(archive, []byte("not really an image"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stop := errors.New("no container engine in unit tests")
-	f := &fakeKind{loadErr: stop}
+	f.loadErr = stop
 	k := &Kind{RepoRoot: repoRoot(t), ClusterName: "sf-unit", ConfigPath: filepath.Join(repoRoot(t), "kind.yaml"), ImageArchive: archive, Logf: discard, api: f}
 	_, err := k.Setup(context.Background())
 	if !errors.Is(err, stop) {
 		t.Fatalf("Setup: want the load error, got %v", err)
 	}
+	if !strings.HasPrefix(err.Error(), "e2e-kind: load: ") {
+		t.Errorf("Setup error %q does not name the phase: want it to start with \"e2e-kind: load: \"", err)
+	}
+	return k
+}
+
+func TestKindProviderCreatesLoadsAndDeletesTheNamedCluster(t *testing.T) {
+	f := &fakeKind{}
+	k := kindUpToLoad(t, f)
 	if err := k.Teardown(context.Background(), true, "/tmp/artifacts"); err != nil {
 		t.Fatal(err)
 	}
@@ -139,22 +151,11 @@ func TestKindProviderCreatesLoadsAndDeletesTheNamedCluster(t *testing.T) {
 	if d := cmp.Diff(want, f.calls); d != "" {
 		t.Errorf("kind calls (-want +got):\n%s", d)
 	}
-	if !strings.HasPrefix(err.Error(), "e2e-kind: load: ") {
-		t.Errorf("Setup error %q does not name the phase: want it to start with \"e2e-kind: load: \"", err)
-	}
 }
 
 func TestALeftoverClusterOfTheSameNameIsDeletedFirst(t *testing.T) {
-	archive := filepath.Join(t.TempDir(), "webhook-image.tar")
-	if err := os.WriteFile(archive, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stop := errors.New("stop after create")
-	f := &fakeKind{clusters: []string{"other", "sf-unit"}, loadErr: stop}
-	k := &Kind{RepoRoot: repoRoot(t), ClusterName: "sf-unit", ConfigPath: filepath.Join(repoRoot(t), "kind.yaml"), ImageArchive: archive, Logf: discard, api: f}
-	if _, err := k.Setup(context.Background()); !errors.Is(err, stop) {
-		t.Fatalf("Setup: want the load error, got %v", err)
-	}
+	f := &fakeKind{clusters: []string{"other", "sf-unit"}}
+	k := kindUpToLoad(t, f)
 	_ = k.Teardown(context.Background(), false, "")
 	want := []string{
 		"delete sf-unit kubeconfig=",
