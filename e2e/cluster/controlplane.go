@@ -43,6 +43,10 @@ type Options struct {
 	NoSignalHandler bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+	// ExtraAPIServerArgs are appended after the defaults: a repeated scalar
+	// flag overrides (the last one wins), a repeated list flag appends (the
+	// benchmark turns profiling on).
+	ExtraAPIServerArgs []string
 }
 
 // ControlPlane is a running local control plane.
@@ -255,7 +259,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 	c.ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 	dir := c.pkiDir()
 	c.logf("starting kube-apiserver on %s", c.APIServerURL)
-	p, err := c.start("kube-apiserver", []string{
+	p, err := c.start("kube-apiserver", append([]string{
 		"--etcd-servers=" + c.EtcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -279,7 +283,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--shutdown-delay-duration=0s",
 		"--v=1",
-	})
+	}, c.opts.ExtraAPIServerArgs...))
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
 // EnvUpstreamCRDs names a directory of upstream agent-sandbox CRDs to
@@ -115,6 +117,16 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 			return nil, err
 		}
 	}
+	monitoring, err := PrometheusOperatorCRDs(ctx, binDir)
+	if err != nil {
+		return nil, fmt.Errorf("the ServiceMonitor and PrometheusRule CRDs config/components/monitoring is checked against: %w", err)
+	}
+	logf("CRDs: ServiceMonitor and PrometheusRule from github.com/prometheus-operator/prometheus-operator@%s", tst.PrometheusOperatorVersion)
+	for _, f := range monitoring {
+		if err := add(f); err != nil {
+			return nil, err
+		}
+	}
 	bases, _ := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "bases", "*.yaml"))
 	for _, f := range bases {
 		if err := add(f); err != nil {
@@ -126,26 +138,48 @@ func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructu
 
 // CiliumCRD returns the path of the real CiliumNetworkPolicy CRD, cached
 // under binDir; the first call reads it from the github.com/cilium/cilium
-// module (downloaded through the Go module proxy into a scratch module, so
-// the project go.mod never depends on Cilium).
+// module.
 func CiliumCRD(ctx context.Context, binDir string) (string, error) {
-	cached := filepath.Join(binDir, "crds", "cilium-"+CiliumVersion, "ciliumnetworkpolicies.yaml")
+	return moduleFile(ctx, binDir, "github.com/cilium/cilium", CiliumVersion, ciliumCRDPath)
+}
+
+// PrometheusOperatorCRDs returns the paths of the ServiceMonitor and
+// PrometheusRule CRDs of prometheus-operator (the version the monitoring
+// component is validated against offline), so the suite's server-side dry
+// run of config/components/monitoring checks them too.
+func PrometheusOperatorCRDs(ctx context.Context, binDir string) ([]string, error) {
+	var out []string
+	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+		p, err := moduleFile(ctx, binDir, "github.com/prometheus-operator/prometheus-operator", tst.PrometheusOperatorVersion, "example/prometheus-operator-crd/"+f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// moduleFile returns the path of file path of module@version, cached under
+// binDir/crds; the first call downloads the module through the Go module
+// proxy into a scratch module, so the project go.mod never depends on it.
+func moduleFile(ctx context.Context, binDir, module, version, path string) (string, error) {
+	cached := filepath.Join(binDir, "crds", filepath.Base(module)+"-"+version, filepath.Base(path))
 	if _, err := os.Stat(cached); err == nil {
 		return cached, nil
 	}
-	scratch, err := os.MkdirTemp("", "cilium-crd-")
+	scratch, err := os.MkdirTemp("", "module-file-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/cilium/cilium@"+CiliumVersion)
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module+"@"+version)
 	cmd.Dir = scratch
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return "", fmt.Errorf("go mod download github.com/cilium/cilium@%s: %v: %s%s", CiliumVersion, err, ee.Stderr, out)
+			return "", fmt.Errorf("go mod download %s@%s: %v: %s%s", module, version, err, ee.Stderr, out)
 		}
 		return "", err
 	}
@@ -154,9 +188,9 @@ func CiliumCRD(ctx context.Context, binDir string) (string, error) {
 		return "", err
 	}
 	if mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download github.com/cilium/cilium@%s: %s", CiliumVersion, mod.Error)
+		return "", fmt.Errorf("go mod download %s@%s: %s", module, version, mod.Error)
 	}
-	data, err := os.ReadFile(filepath.Join(mod.Dir, ciliumCRDPath))
+	data, err := os.ReadFile(filepath.Join(mod.Dir, path))
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -61,6 +62,9 @@ type Env struct {
 	// WebhookInstalled is false when the provider found no webhook to run;
 	// webhook-only cases skip with that reason.
 	WebhookInstalled bool
+	// Peer is the policy engine enforcing the fence instead of the shipped
+	// bindings and webhook ($E2E_ENFORCER, peer.go); nil for the bundle.
+	Peer Peer
 	// WebhookProcess stops and restarts the webhook: the local process, or
 	// the in-cluster Deployment scaled to zero and back; nil when the
 	// provider cannot (webhookproc.go).
@@ -75,6 +79,14 @@ type Env struct {
 	// Policies holds the shipped ValidatingAdmissionPolicies found on the
 	// cluster (filled by WaitForEnforcement); cases of a missing one skip.
 	Policies map[string]bool
+	// WebhookMetrics is where the webhook serves its metrics, when the
+	// provider can reach them (the local provider); nil otherwise.
+	WebhookMetrics *WebhookMetrics
+	// SetEnforcement switches the installed bundle to an enforcement mode
+	// through its kustomize component (config/components/enforcement) and
+	// returns once the webhook runs with the component's flag; nil when the
+	// provider cannot (then the mode cases skip with that reason).
+	SetEnforcement func(ctx context.Context, mode string) error
 	// ConversionServed is true when v1alpha1 Sandbox requests work (a CRD
 	// with strategy None, or a conversion webhook present).
 	ConversionServed bool
