@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
-	"github.com/sandbox-fence/sandbox-fence/e2e/node"
 )
 
 // Environment variables that choose and tune the provider.
@@ -73,10 +72,7 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		return &Kubeconfig{Path: kc, Logf: logf}, nil
 	case "kind":
 		return NewKind(root, bin, logf), nil
-	case "node":
-		// A kubelet on containerd here (Linux, root): e2e/node.
-		return node.NewProvider(root, bin, logf), nil
 	default:
-		return nil, fmt.Errorf("%s=%q: want local, kubeconfig, kind or node", EnvProvider, p)
+		return nil, fmt.Errorf("%s=%q: want local, kubeconfig or kind", EnvProvider, p)
 	}
 }

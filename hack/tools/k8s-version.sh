@@ -1,4 +1,4 @@
-# Sourced by hack/tools/build.sh and hack/node/build.sh: the Kubernetes
+# Sourced by hack/tools/build.sh and hack/kind/node-image.sh: the Kubernetes
 # version pinned by the tools module, and the ldflags that stamp it into
 # every binary built from it.
 #

@@ -1,7 +1,8 @@
 // Command pause is the pod sandbox's init process: it holds the pod's
-// namespaces open and reaps nothing else. The node e2e provider builds it
-// from source and packs it into an image because this machine may not pull
-// registry.k8s.io/pause (no registry traffic at all).
+// namespaces open and reaps nothing else. The offline kind node image
+// (hack/kind/node-image.sh) builds it from source and packs it as
+// registry.k8s.io/pause, because a machine without a registry cannot pull
+// the upstream one.
 package main
 
 import (
