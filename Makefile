@@ -20,6 +20,7 @@ IMAGE_TAR := $(BIN)/webhook-image.tar
 KIND_CLUSTER ?= sandbox-fence
 E2E_TIMEOUT ?= 25m
 SOAK_TIMEOUT ?= 15m
+CILIUM_VERSION := v1.20.2
 
 ##@ General
 
@@ -34,8 +35,13 @@ help: ## Show this help.
 .PHONY: test
 test: test-unit e2e ## Everything: unit, policy and end-to-end tests (the CI command).
 
+.PHONY: upstream-crds
+upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the tests check against (once, into the Go module cache).
+	@scratch=$$(mktemp -d) && trap 'rm -rf "$$scratch"' EXIT && cd "$$scratch" && \
+	  GOFLAGS=-mod=mod GOWORK=off $(GO) mod download github.com/cilium/cilium@$(CILIUM_VERSION)
+
 .PHONY: test-unit
-test-unit: ## Unit and offline policy tests: go test ./... (no cluster needed).
+test-unit: upstream-crds ## Unit and offline policy tests: go test ./... (no cluster needed).
 	$(GO) test -count=1 ./...
 
 .PHONY: lint
@@ -67,7 +73,7 @@ tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into b
 	hack/tools/build.sh
 
 .PHONY: e2e
-e2e: tools ## End-to-end suite on a local control plane (E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
+e2e: tools upstream-crds ## End-to-end suite on a local control plane (E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
 	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
 
 .PHONY: dev-up
@@ -123,7 +129,7 @@ kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER)
 	kind load image-archive $(IMAGE_TAR) --name $(KIND_CLUSTER)
 
 .PHONY: e2e-kind
-e2e-kind: tools image ## Create a kind cluster from kind.yaml, deploy config/default, run the e2e suite, delete it.
+e2e-kind: tools image upstream-crds ## Create a kind cluster from kind.yaml, deploy config/default, run the e2e suite, delete it.
 	E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) \
 	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
 

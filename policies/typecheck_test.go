@@ -1,16 +1,14 @@
 package policies_test
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/testing/upstream"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
@@ -50,35 +48,20 @@ func TestTypeCheckOwnCRDs(t *testing.T) {
 		"../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
 }
 
-// TestTypeCheckUpstreamCRDs type-checks against the real agent-sandbox CRDs
-// and Cilium's CiliumNetworkPolicy CRD when they are on this machine.
+// TestTypeCheckUpstreamCRDs type-checks every policy against the real
+// agent-sandbox CRDs (vendored, or $SANDBOX_FENCE_UPSTREAM_CRDS) and Cilium's
+// own CiliumNetworkPolicy CRD from its module. Either missing fails the test:
+// it never skips (make test downloads the Cilium module first).
 func TestTypeCheckUpstreamCRDs(t *testing.T) {
-	dir := os.Getenv("SANDBOX_FENCE_UPSTREAM_CRDS")
-	if dir == "" {
-		dir = "../../shared/crds-upstream"
-	}
-	sandboxes := filepath.Join(dir, "agent-sandbox", "agents.x-k8s.io_sandboxes.yaml")
-	if _, err := os.Stat(sandboxes); err != nil {
-		t.Skipf("upstream agent-sandbox CRDs not found (set SANDBOX_FENCE_UPSTREAM_CRDS): %v", err)
-	}
-	cilium := ciliumCRD(t)
-	typeCheckAll(t, loadCRDs(t, sandboxes, cilium, "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
-}
-
-// ciliumCRD finds Cilium's own CRD in the module cache without making
-// cilium a dependency of this module.
-func ciliumCRD(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	sandboxes, err := upstream.AgentSandboxDir("..")
 	if err != nil {
-		t.Skipf("go env GOMODCACHE: %v", err)
+		t.Fatal(err)
 	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "github.com", "cilium", "cilium@v1.20.2",
-		"pkg", "k8s", "apis", "cilium.io", "client", "crds", "v2", "ciliumnetworkpolicies.yaml")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("Cilium's CRD is not in the module cache (run go mod download -json github.com/cilium/cilium@v1.20.2 in a scratch module): %v", err)
+	cilium, err := upstream.CiliumCRD(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return path
+	typeCheckAll(t, loadCRDs(t, filepath.Join(sandboxes, upstream.SandboxCRDFile), cilium, fenceConfigCRD))
 }
 
 // TestPoliciesCompileForCreate compiles every expression as the API server

@@ -139,7 +139,7 @@ func (p *Provider) Setup(ctx context.Context) (*framework.Env, error) {
 	}
 	env := &framework.Env{Provider: p.Name(), Admin: admin}
 	p.Env = env
-	crds, err := framework.CRDs(ctx, p.RepoRoot, p.BinDir, p.Logf)
+	crds, err := framework.CRDs(ctx, p.RepoRoot, p.Logf)
 	if err != nil {
 		return nil, err
 	}

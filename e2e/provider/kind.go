@@ -132,7 +132,7 @@ func (k *Kind) Setup(ctx context.Context) (*framework.Env, error) {
 		return nil, err
 	}
 	env := &framework.Env{Provider: k.Name(), Admin: admin}
-	crds, err := framework.CRDs(ctx, k.RepoRoot, k.BinDir, k.Logf)
+	crds, err := framework.CRDs(ctx, k.RepoRoot, k.Logf)
 	if err != nil {
 		return nil, err
 	}

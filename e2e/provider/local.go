@@ -58,7 +58,7 @@ func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 	env := &framework.Env{Provider: l.Name(), Admin: admin}
 	l.Env = env
 
-	crds, err := framework.CRDs(ctx, l.RepoRoot, l.BinDir, l.Logf)
+	crds, err := framework.CRDs(ctx, l.RepoRoot, l.Logf)
 	if err != nil {
 		return nil, err
 	}

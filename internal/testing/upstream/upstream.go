@@ -1,0 +1,93 @@
+// Package upstream finds the third-party CRDs the tests check the policies
+// against: agent-sandbox's (vendored under config/crd/testdata/upstream, or a
+// directory named by $SANDBOX_FENCE_UPSTREAM_CRDS) and Cilium's
+// CiliumNetworkPolicy CRD, read from the github.com/cilium/cilium module.
+// Neither is ever optional: a missing CRD is an error, never a skip or a
+// quiet fallback to the project's subsets.
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// EnvAgentSandboxCRDs names a directory holding agent-sandbox's CRD files,
+// named as upstream names them (agents.x-k8s.io_sandboxes.yaml, ...). It has
+// this one meaning everywhere: the policy tests type-check against that
+// directory instead of the vendored copy, and the e2e suite installs the
+// CRDs from it instead of the project's subsets.
+const EnvAgentSandboxCRDs = "SANDBOX_FENCE_UPSTREAM_CRDS"
+
+// VendoredAgentSandbox is the vendored copy, relative to the repository root.
+const VendoredAgentSandbox = "config/crd/testdata/upstream/agent-sandbox"
+
+// SandboxCRDFile is the Sandbox CRD's file name in such a directory.
+const SandboxCRDFile = "agents.x-k8s.io_sandboxes.yaml"
+
+// CiliumVersion is the Cilium release whose CiliumNetworkPolicy CRD the
+// tests read; the Makefile downloads the same module.
+const CiliumVersion = "v1.20.2"
+
+// CiliumModule is the module that publishes the CRD.
+const CiliumModule = "github.com/cilium/cilium"
+
+const ciliumCRDPath = "pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml"
+
+// AgentSandboxDir is $SANDBOX_FENCE_UPSTREAM_CRDS when set (relative paths
+// are taken from the repository root), else the vendored copy. It fails when
+// the directory has no Sandbox CRD.
+func AgentSandboxDir(repoRoot string) (string, error) {
+	dir := os.Getenv(EnvAgentSandboxCRDs)
+	what := EnvAgentSandboxCRDs + "=" + dir
+	if dir == "" {
+		dir, what = VendoredAgentSandbox, "the vendored copy"
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(repoRoot, dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, SandboxCRDFile)); err != nil {
+		return "", fmt.Errorf("upstream agent-sandbox CRDs (%s): %w", what, err)
+	}
+	return dir, nil
+}
+
+// CiliumCRD returns the path of Cilium's CiliumNetworkPolicy CRD in the Go
+// module cache, downloading the module through the module proxy when it is
+// not there yet (go mod download in a scratch directory: the project's
+// go.mod never depends on Cilium).
+func CiliumCRD(ctx context.Context) (string, error) {
+	scratch, err := os.MkdirTemp("", "cilium-crd-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(scratch)
+	mod := CiliumModule + "@" + CiliumVersion
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
+	cmd.Dir = scratch
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	out, err := cmd.Output()
+	var dl struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &dl); jerr == nil && dl.Error != "" {
+		return "", fmt.Errorf("go mod download %s: %s", mod, dl.Error)
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("go mod download %s: %v: %s", mod, err, ee.Stderr)
+		}
+		return "", fmt.Errorf("go mod download %s: %w", mod, err)
+	}
+	if dl.Dir == "" {
+		return "", fmt.Errorf("go mod download %s gave no directory: %s", mod, out)
+	}
+	path := filepath.Join(dl.Dir, ciliumCRDPath)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s has no CiliumNetworkPolicy CRD: %w", mod, err)
+	}
+	return path, nil
+}
