@@ -21,6 +21,18 @@ KIND_CLUSTER ?= sandbox-fence
 E2E_TIMEOUT ?= 25m
 SOAK_TIMEOUT ?= 15m
 CILIUM_VERSION := v1.20.2
+# The e2e provider (docs/e2e.md); the skip allowlist names its run e2e
+# (local) or e2e-<provider>.
+E2E_PROVIDER ?= local
+export E2E_PROVIDER
+E2E_RUN = $(if $(filter local,$(E2E_PROVIDER)),e2e,e2e-$(E2E_PROVIDER))
+
+# go test -json through hack/testreport: prints what go test prints, lists
+# every skipped test, and fails on a skip that hack/testreport/allowed-skips.yaml
+# does not list for the run, or on a listed one that no longer skips.
+# $(1): the run's name in that file; $(2): go test's arguments. The raw
+# events stay in bin/test-$(1).json, the failed tests in bin/test-$(1).failures.
+gotest = $(GO) test -json $(2) 2>&1 | $(BIN)/testreport -run $(1) -json $(BIN)/test-$(1).json -failures $(BIN)/test-$(1).failures
 
 ##@ General
 
@@ -33,7 +45,19 @@ help: ## Show this help.
 ##@ Test
 
 .PHONY: test
-test: test-unit e2e ## Everything: unit, policy and end-to-end tests (the CI command).
+test: test-env test-unit e2e ## Everything: unit, policy and end-to-end tests (the CI command).
+
+.PHONY: test-env
+test-env: ## Refuse what would make make test check less than everything.
+	@if [ -n "$${E2E_ALLOW_PARTIAL:-}" ]; then \
+	  echo "make test: E2E_ALLOW_PARTIAL=$$E2E_ALLOW_PARTIAL is refused: make test checks the whole bundle (unset it; docs/e2e.md)" >&2; exit 2; fi
+	@case "$${E2E_PROVIDER:-local}" in local) ;; *) \
+	  echo "make test: E2E_PROVIDER=$$E2E_PROVIDER is refused: make test runs the local control plane (use make e2e for another provider; docs/e2e.md)" >&2; exit 2;; esac
+
+.PHONY: testreport
+testreport: ## Build hack/testreport, which checks every go test run for skips.
+	@mkdir -p $(BIN)
+	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 
 .PHONY: upstream-crds
 upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the tests check against (once, into the Go module cache).
@@ -41,8 +65,8 @@ upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the t
 	  GOFLAGS=-mod=mod GOWORK=off $(GO) mod download github.com/cilium/cilium@$(CILIUM_VERSION)
 
 .PHONY: test-unit
-test-unit: upstream-crds ## Unit and offline policy tests: go test ./... (no cluster needed).
-	$(GO) test -count=1 ./...
+test-unit: testreport upstream-crds ## Unit and offline policy tests: go test ./... (no cluster needed).
+	$(call gotest,test-unit,-count=1 ./...)
 
 .PHONY: lint
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
@@ -73,8 +97,8 @@ tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into b
 	hack/tools/build.sh
 
 .PHONY: e2e
-e2e: tools upstream-crds ## End-to-end suite on a local control plane (E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
-	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
+e2e: tools testreport upstream-crds ## End-to-end suite on a local control plane (E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
+	$(call gotest,$(E2E_RUN),-count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...)
 
 .PHONY: dev-up
 dev-up: tools ## Start the local control plane with the bundle installed; writes .dev/kubeconfig.
@@ -129,9 +153,8 @@ kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER)
 	kind load image-archive $(IMAGE_TAR) --name $(KIND_CLUSTER)
 
 .PHONY: e2e-kind
-e2e-kind: tools image upstream-crds ## Create a kind cluster from kind.yaml, deploy config/default, run the e2e suite, delete it.
-	E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) \
-	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
+e2e-kind: tools image testreport upstream-crds ## Create a kind cluster from kind.yaml, deploy config/default, run the e2e suite, delete it.
+	$(MAKE) e2e E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER)
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the cached control-plane binaries).
