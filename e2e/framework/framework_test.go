@@ -2,10 +2,12 @@ package framework
 
 import (
 	"encoding/base64"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -128,5 +130,36 @@ func TestVerdictTellsAdmissionDenialsFromOtherRefusals(t *testing.T) {
 	}
 	if err := VerdictOf(forbidden).DeniedBy(PolicyHolderEpoch); err == nil {
 		t.Error("DeniedBy accepted an RBAC refusal as an admission denial")
+	}
+}
+
+func TestEpochDecreaseDenialReadsBothEpochsFromThePolicysOwnDenial(t *testing.T) {
+	status := func(code int32, msg string) error {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code, Message: msg}}
+	}
+	const denial = `sandboxes.agents.x-k8s.io "a" is invalid: ValidatingAdmissionPolicy 'sandbox-fence-holder-epoch' with binding 'sandbox-fence-holder-epoch-binding' denied request: holder-epoch: metadata.annotations[sandbox.namzu.ai/holder-epoch]: epoch may not decrease from "12" to "3"; a newer holder owns this workspace: re-read it and stop writing`
+	type got struct {
+		Stored, Sent uint64
+		OK           bool
+	}
+	tests := []struct {
+		name string
+		err  error
+		want got
+	}{
+		{"the policy's 422 names the stored and the sent epoch", status(422, denial), got{12, 3, true}},
+		{"the same text with another status code is not the policy's denial", status(403, denial), got{}},
+		{"another policy's denial is not it", status(422, strings.Replace(denial, "'sandbox-fence-holder-epoch'", "'other'", 1)), got{}},
+		{"another rule of the policy is not it", status(422, strings.Replace(denial, "epoch may not decrease from", "new value", 1)), got{}},
+		{"a failed test clause is not it", status(422, `the server rejected our request due to an error in our request: test operation failed`), got{}},
+		{"no error is not it", nil, got{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, n, ok := EpochDecreaseDenial(tt.err)
+			if d := cmp.Diff(tt.want, got{s, n, ok}); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
 	}
 }
