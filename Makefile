@@ -20,6 +20,13 @@ IMAGE_TAR := $(BIN)/webhook-image.tar
 KIND_CLUSTER ?= sandbox-fence
 E2E_TIMEOUT ?= 25m
 SOAK_TIMEOUT ?= 15m
+# The Kubernetes release the suite's control plane runs: the pinned one
+# (hack/tools/kubernetes) unless set, e.g. make e2e KUBERNETES_VERSION=v1.33.13
+# (built into bin/k8s/<version>/ by hack/tools/build.sh, docs/testing.md).
+KUBERNETES_VERSION ?=
+export KUBERNETES_VERSION
+# The oldest supported release CI runs the suite on: internal/kubeversion.
+KUBERNETES_OLDEST := $(shell sed -n 's/^const OldestTested = "\(v[0-9.]*\)"$$/\1/p' internal/kubeversion/kubeversion.go)
 CILIUM_VERSION := v1.20.2
 # The e2e provider (docs/e2e.md); the skip allowlist names its run e2e
 # (local) or e2e-<provider>.
@@ -93,12 +100,16 @@ test-node: tools image ## In-cluster e2e on a real node here (Linux, root): kube
 ##@ Local control plane
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/ (cached).
+tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/ (KUBERNETES_VERSION set: bin/k8s/<version>/; cached).
 	hack/tools/build.sh
 
 .PHONY: e2e
-e2e: tools testreport upstream-crds ## End-to-end suite on a local control plane (E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
+e2e: tools testreport upstream-crds ## End-to-end suite on a local control plane (KUBERNETES_VERSION=vX.Y.Z: that release; E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
 	$(call gotest,$(E2E_RUN),-count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...)
+
+.PHONY: e2e-oldest
+e2e-oldest: ## The end-to-end suite on the oldest supported Kubernetes release (internal/kubeversion.OldestTested).
+	$(MAKE) e2e KUBERNETES_VERSION=$(KUBERNETES_OLDEST)
 
 .PHONY: dev-up
 dev-up: tools ## Start the local control plane with the bundle installed; writes .dev/kubeconfig.

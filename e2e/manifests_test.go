@@ -32,7 +32,10 @@ func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubectl := filepath.Join(root, "bin", "kubectl")
+	kubectl, err := framework.Kubectl(root)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var dirs []string
 	err = filepath.WalkDir(filepath.Join(root, "config"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 	"github.com/sandbox-fence/sandbox-fence/internal/testing/upstream"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
@@ -65,13 +66,15 @@ func TestTypeCheckUpstreamCRDs(t *testing.T) {
 }
 
 // TestPoliciesCompileForCreate compiles every expression as the API server
-// validates a new policy, at the oldest compatibility version docs/install.md
-// promises (1.32, i.e. a 1.33 server) and at this library's own, and shows
-// that one version lower is refused, so the promise is exact.
+// validates a new policy, at the compatibility version of the oldest
+// supported release (kubeversion.Minimum: a 1.33 server offers 1.32) and at
+// this library's own, and shows that one version lower is refused, so the
+// minimum is exact.
 func TestPoliciesCompileForCreate(t *testing.T) {
-	for _, v := range []string{"1.32", environment.DefaultCompatibilityVersion().String()} {
+	oldest := kubeversion.MinimumCompatibility()
+	for _, v := range []*version.Version{oldest, environment.DefaultCompatibilityVersion()} {
 		for _, p := range loadBundle(t) {
-			problems, err := vapeval.CompileForCreate(p.Policy, version.MustParse(v))
+			problems, err := vapeval.CompileForCreate(p.Policy, v)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,15 +83,16 @@ func TestPoliciesCompileForCreate(t *testing.T) {
 			}
 		}
 	}
+	below := version.MajorMinor(oldest.Major(), oldest.Minor()-1)
 	var refused int
 	for _, p := range loadBundle(t) {
-		problems, err := vapeval.CompileForCreate(p.Policy, version.MustParse("1.31"))
+		problems, err := vapeval.CompileForCreate(p.Policy, below)
 		if err != nil {
 			t.Fatal(err)
 		}
 		refused += len(problems)
 	}
 	if refused == 0 {
-		t.Error("every policy compiles at compatibility version 1.31: lower the minimum Kubernetes version in docs/install.md")
+		t.Errorf("every policy compiles at compatibility version %s: lower kubeversion.Minimum (%s) and docs/install.md", below, kubeversion.Minimum)
 	}
 }

@@ -127,7 +127,11 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	p := &provider.Local{RepoRoot: root, BinDir: filepath.Join(root, "bin"), StateDir: state, RemoveState: true, Logf: logf}
+	bin, version, err := framework.ControlPlane(root)
+	if err != nil {
+		return err
+	}
+	p := &provider.Local{RepoRoot: root, BinDir: bin, KubernetesVersion: version, StateDir: state, RemoveState: true, Logf: logf}
 	env, err := p.Setup(ctx)
 	defer func() {
 		if terr := p.Teardown(context.WithoutCancel(ctx), err != nil, ""); terr != nil {

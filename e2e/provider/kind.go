@@ -132,6 +132,9 @@ func (k *Kind) Setup(ctx context.Context) (*framework.Env, error) {
 		return nil, err
 	}
 	env := &framework.Env{Provider: k.Name(), Admin: admin}
+	if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
+		return nil, err
+	}
 	crds, err := framework.CRDs(ctx, k.RepoRoot, k.Logf)
 	if err != nil {
 		return nil, err

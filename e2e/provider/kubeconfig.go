@@ -86,6 +86,9 @@ func (k *Kubeconfig) Setup(ctx context.Context) (*framework.Env, error) {
 			return nil, err
 		}
 	}
+	if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
+		return nil, err
+	}
 	if err := finishEnv(ctx, env, k.Logf); err != nil {
 		return nil, err
 	}
