@@ -28,6 +28,7 @@ export KUBERNETES_VERSION
 # The oldest supported release CI runs the suite on: internal/kubeversion.
 KUBERNETES_OLDEST := $(shell sed -n 's/^const OldestTested = "\(v[0-9.]*\)"$$/\1/p' internal/kubeversion/kubeversion.go)
 CILIUM_VERSION := v1.20.2
+FUZZ_TIME ?= 15s
 # The e2e provider (docs/e2e.md); the skip allowlist names its run e2e
 # (local) or e2e-<provider>.
 E2E_PROVIDER ?= local
@@ -52,7 +53,7 @@ help: ## Show this help.
 ##@ Test
 
 .PHONY: test
-test: test-env test-unit e2e ## Everything: unit, policy and end-to-end tests (the CI command).
+test: test-env test-unit fuzz e2e ## Everything: unit, policy, fuzz and end-to-end tests (the CI command).
 
 .PHONY: test-env
 test-env: ## Refuse what would make make test check less than everything.
@@ -74,6 +75,10 @@ upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the t
 .PHONY: test-unit
 test-unit: testreport upstream-crds ## Unit and offline policy tests: go test ./... (no cluster needed).
 	$(call gotest,test-unit,-count=1 ./...)
+
+.PHONY: fuzz
+fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (testdata/fuzz/).
+	hack/fuzz.sh $(FUZZ_TIME)
 
 .PHONY: lint
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
