@@ -39,8 +39,9 @@ E2E_RUN = $(if $(filter local,$(E2E_PROVIDER)),e2e,e2e-$(E2E_PROVIDER))
 # every skipped test, and fails on a skip that hack/testreport/allowed-skips.yaml
 # does not list for the run, or on a listed one that no longer skips.
 # $(1): the run's name in that file; $(2): go test's arguments. The raw
-# events stay in bin/test-$(1).json, the failed tests in bin/test-$(1).failures.
-gotest = $(GO) test -json $(2) 2>&1 | $(BIN)/testreport -run $(1) -json $(BIN)/test-$(1).json -failures $(BIN)/test-$(1).failures
+# events stay in bin/<run>[-<version>].json, the failed tests in .failures.
+gotest = $(GO) test -json $(2) 2>&1 | $(BIN)/testreport -run $(1) \
+  -json $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).json -failures $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).failures
 
 ##@ General
 
