@@ -67,6 +67,9 @@ func (k *Kubeconfig) Setup(ctx context.Context) (*framework.Env, error) {
 				return nil, err
 			}
 		}
+		if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
+			return nil, err
+		}
 		if err := env.VerifyIdentities(ctx); err != nil {
 			return nil, err
 		}
@@ -79,15 +82,16 @@ func (k *Kubeconfig) Setup(ctx context.Context) (*framework.Env, error) {
 		if env.Admin, err = framework.NewIdentity(framework.ContextAdmin, "", nil, cfg); err != nil {
 			return nil, err
 		}
+		// Before anything is written to the cluster.
+		if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
+			return nil, err
+		}
 		if err := env.SetupIdentities(ctx, framework.Impersonating(cfg)); err != nil {
 			return nil, err
 		}
 		if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
 			return nil, err
 		}
-	}
-	if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
-		return nil, err
 	}
 	if err := finishEnv(ctx, env, k.Logf); err != nil {
 		return nil, err
