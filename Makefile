@@ -62,6 +62,8 @@ test-env: ## Refuse what would make make test check less than everything.
 	  echo "make test: E2E_ALLOW_PARTIAL=$$E2E_ALLOW_PARTIAL is refused: make test checks the whole bundle (unset it; docs/e2e.md)" >&2; exit 2; fi
 	@case "$${E2E_PROVIDER:-local}" in local) ;; *) \
 	  echo "make test: E2E_PROVIDER=$$E2E_PROVIDER is refused: make test runs the local control plane (use make e2e for another provider; docs/e2e.md)" >&2; exit 2;; esac
+	@case "$${E2E_ENFORCER:-sandbox-fence}" in sandbox-fence) ;; *) \
+	  echo "make test: E2E_ENFORCER=$$E2E_ENFORCER is refused: make test checks the shipped bundle (make bench-peers runs the peers; docs/e2e.md)" >&2; exit 2;; esac
 
 .PHONY: testreport
 testreport: ## Build hack/testreport, which checks every go test run for skips.
@@ -135,12 +137,28 @@ demo: tools ## Scripted walk-through: each step and its verdict; fails on a wron
 
 ##@ Benchmarks
 
-BENCH_FLAGS ?= -rounds 5 -window 2s -out docs/bench
+# Benches write their tables and charts into the ignored bin/bench; PUBLISH=1
+# writes them into docs/bench, which BENCHMARKS.md quotes.
+PUBLISH ?=
+BENCH_OUT := $(if $(filter 1,$(PUBLISH)),docs/bench,$(BIN)/bench)
+BENCH_FLAGS ?= -rounds 5 -window 2s
+PEERS_BENCH_FLAGS ?= -rounds 3 -window 1500ms -warmup 300ms -apiserver-profile $(BIN)/bench/profiles
+PEERS_TIMEOUT ?= 15m
 
 .PHONY: bench
-bench: tools ## What the fence costs a cluster: interleaved configurations on a local control plane, then the webhook server alone (BENCHMARKS.md).
-	$(GO) run ./e2e/bench $(BENCH_FLAGS)
-	$(GO) run ./hack/loadgen -out docs/bench
+bench: tools ## What the fence costs a cluster: interleaved configurations on a local control plane, then the webhook server alone (BENCHMARKS.md; PUBLISH=1 writes docs/bench).
+	$(GO) run ./e2e/bench $(BENCH_FLAGS) -out $(BENCH_OUT)
+	$(GO) run ./hack/loadgen -out $(BENCH_OUT)
+
+.PHONY: peers
+peers: ## Build Kyverno and Gatekeeper from the Go module proxy into bin/peers (cached; slow when cold, never part of make test).
+	hack/peers/build.sh
+
+.PHONY: bench-peers
+bench-peers: tools peers ## Sandbox-fence against Kyverno and Gatekeeper: the e2e cases per enforcer, then the interleaved bench with both (bounded by PEERS_TIMEOUT; PUBLISH=1 writes docs/bench).
+	@echo "load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
+	timeout --foreground $(PEERS_TIMEOUT) bash -c '$(GO) run ./e2e/bench/cases -out $(BENCH_OUT)/peers && $(GO) run ./e2e/bench -peers $(PEERS_BENCH_FLAGS) -out $(BENCH_OUT)/peers'
+	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 .PHONY: bench-micro
 bench-micro: ## Hot-path micro benchmarks: handler, validators, patch builder, hash, VAPs in process (ns/op, allocs/op, CEL cost).

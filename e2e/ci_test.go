@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 )
 
 // workflow is the subset of the GitHub Actions schema the file uses, decoded
@@ -40,6 +42,9 @@ type wfStep struct {
 // README documents; a renamed target or a dropped step must fail here, not
 // silently in CI.
 func TestWorkflowRunsTheDocumentedTargets(t *testing.T) {
+	if e := os.Getenv(framework.EnvEnforcer); e != "" && e != framework.ShippedEnforcer {
+		t.Skipf("n/a: checks the project's CI workflow, not a fence rule; %s=%s", framework.EnvEnforcer, e)
+	}
 	b, err := os.ReadFile(filepath.Join("..", ".github", "workflows", "e2e.yml"))
 	if err != nil {
 		t.Fatal(err)

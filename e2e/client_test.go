@@ -153,6 +153,7 @@ func TestMigrationRetriesWhenTheObjectMovedUnderIt(t *testing.T) {
 // policy and binding (the ClusterRole of contract §6 lets it), then writes and
 // reads back; teardown is garbage collection.
 func TestHostLibraryWritesPerSandboxEgress(t *testing.T) {
+	requireShipped(t)
 	requirePolicy(t, framework.PolicyCiliumEgress)
 	ctx := testContext(t)
 	claim := hostClaim(t)

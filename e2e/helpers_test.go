@@ -111,3 +111,10 @@ func requirePolicy(t *testing.T, policy string) {
 		t.Skipf("ValidatingAdmissionPolicy %s is not installed on this cluster (see the setup log): case not run", policy)
 	}
 }
+
+// requireShipped skips, under a peer engine ($E2E_ENFORCER), a case that
+// checks the shipped bundle itself rather than a fence rule.
+func requireShipped(t *testing.T) {
+	t.Helper()
+	framework.RequireShipped(t, env)
+}

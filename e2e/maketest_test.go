@@ -11,7 +11,7 @@ import (
 // make test is the README's "everything" and what CI runs: it refuses the
 // settings that would make it check less (a partial bundle skips the cases
 // of what is absent; another provider is not the local control plane the
-// README describes).
+// README describes; a peer enforcer skips the shipped bundle's own cases).
 func TestMakeTestRefusesAPartialBundleAndAnotherProvider(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -24,6 +24,8 @@ func TestMakeTestRefusesAPartialBundleAndAnotherProvider(t *testing.T) {
 		{"any value of E2E_ALLOW_PARTIAL is refused", []string{"E2E_ALLOW_PARTIAL=0"}, "make test: E2E_ALLOW_PARTIAL=0 is refused"},
 		{"the kind provider is refused", []string{"E2E_PROVIDER=kind"}, "make test: E2E_PROVIDER=kind is refused"},
 		{"an existing cluster is refused", []string{"E2E_PROVIDER=kubeconfig"}, "make test: E2E_PROVIDER=kubeconfig is refused"},
+		{"the shipped enforcer runs", []string{"E2E_ENFORCER=sandbox-fence"}, ""},
+		{"a peer enforcer is refused", []string{"E2E_ENFORCER=kyverno"}, "make test: E2E_ENFORCER=kyverno is refused"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +47,7 @@ func TestMakeTestRefusesAPartialBundleAndAnotherProvider(t *testing.T) {
 func withoutE2EEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "E2E_PROVIDER=") && !strings.HasPrefix(kv, "E2E_ALLOW_PARTIAL=") && !strings.HasPrefix(kv, "MAKEFLAGS=") {
+		if !strings.HasPrefix(kv, "E2E_PROVIDER=") && !strings.HasPrefix(kv, "E2E_ALLOW_PARTIAL=") && !strings.HasPrefix(kv, "E2E_ENFORCER=") && !strings.HasPrefix(kv, "MAKEFLAGS=") {
 			out = append(out, kv)
 		}
 	}

@@ -28,6 +28,7 @@ import (
 // at create time. A kustomize Component cannot render alone: it is rendered
 // on top of the nearest kustomization above it, as its users would.
 func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
+	requireShipped(t)
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +159,11 @@ func componentOnBase(t *testing.T, root, dir string) string {
 		if _, err := os.Stat(filepath.Join(base, "kustomization.yaml")); err == nil && !isComponent(t, base) {
 			break
 		}
+	}
+	// The bundle-wide components (enforcement modes, monitoring) apply to
+	// what an admin installs: config/default.
+	if strings.HasPrefix(dir, filepath.Join(root, "config", "components")+string(filepath.Separator)) {
+		base = filepath.Join(root, "config", "default")
 	}
 	if !strings.HasPrefix(base, root) {
 		t.Fatalf("component %s has no kustomization above it to apply to", dir)

@@ -31,6 +31,7 @@ const ciliumWebhook = "cilium-egress.fence.sandbox.namzu.ai"
 // namespaces and human users. Restarting the webhook alone brings admission
 // back.
 func TestWebhookOutageRefusesOnlyWhatIsRoutedToIt(t *testing.T) {
+	requireShipped(t)
 	requireWebhook(t)
 	requirePolicy(t, framework.PolicyCiliumEgress)
 	if env.WebhookProcess == nil {

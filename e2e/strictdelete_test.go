@@ -33,6 +33,7 @@ const strictDeleteWebhook = "sandbox-delete.fence.sandbox.namzu.ai"
 // stale holder's unconditional DELETE cannot destroy it under the new
 // holder's feet.
 func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
+	requireShipped(t)
 	requireWebhook(t)
 	ctx := testContext(t)
 	enableStrictDelete(t)

@@ -20,6 +20,7 @@ import (
 // expression reads a field the schema does not have, which CEL then treats as
 // absent at run time: a rule that silently never fires.
 func TestShippedPoliciesTypeCheckAgainstTheInstalledSchemas(t *testing.T) {
+	requireShipped(t)
 	policies := []string{framework.PolicyHolderEpoch, framework.PolicyHolderEpochRepair, framework.PolicyCiliumEgress}
 	for _, p := range policies {
 		t.Run(p, func(t *testing.T) {

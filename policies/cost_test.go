@@ -110,7 +110,7 @@ func TestCELCost(t *testing.T) {
 			evaluated++
 			failed := map[int]bool{}
 			for i, e := range exprs {
-				if e.Kind != "variable" && e.Kind != "validation" {
+				if e.Kind != "variable" && e.Kind != "validation" && e.Kind != "auditAnnotation" {
 					continue
 				}
 				ev := e.EvaluateInput(ctx, prepared)
@@ -120,6 +120,11 @@ func TestCELCost(t *testing.T) {
 				}
 				if e.Kind == "validation" && ev.Value == false {
 					failed[e.Validation] = true
+				}
+				// An annotation the API server cannot evaluate is an error
+				// under failurePolicy Fail: it must always give a string.
+				if _, ok := ev.Value.(string); e.Kind == "auditAnnotation" && ev.Err == nil && !ok {
+					t.Errorf("%s %s on %s = %#v, want a string", p.Policy.Name, e.Field, in.name, ev.Value)
 				}
 			}
 			for i, e := range exprs {

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // The Go host (pkg/fence) and the shipped policies must agree: every body

@@ -12,7 +12,9 @@ import (
 // shared names: denials are 422 Invalid with a family-prefixed static
 // message (the fallback when a messageExpression fails) and a
 // messageExpression; the policy fails closed; each binding is
-// "<policy name>-binding" and denies.
+// "<policy name>-binding" and denies. (The shipped YAML is the Deny mode;
+// Warn and Audit are kustomize components, held to internal/enforcement's
+// table by TestComponentsApplyTheModeTable.)
 func TestPolicyConventions(t *testing.T) {
 	for _, p := range loadBundle(t) {
 		pol, b := p.Policy, p.Binding

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites reproduces what the

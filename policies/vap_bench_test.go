@@ -14,8 +14,8 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
-	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // benchRequests are the writes a host sends most, as the plugin sees them:

@@ -17,23 +17,30 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
+	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
@@ -73,9 +80,11 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 
 	claim, sandbox := ownerObject(admit.ClaimOwner), ownerObject(admit.SandboxOwner)
+	mode, _ := enforcement.Parse(o.enforcement) // validated with the flags
 	mgr, err := ctrl.NewManager(restConfig, manager.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		Scheme: scheme,
+		// The metrics server is added below, once its certificate exists.
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  o.probeAddr,
 		GracefulShutdownTimeout: &o.gracefulShutdown,
 		// Owners are cached in ALL namespaces. The fenced namespaces come
@@ -110,6 +119,16 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	}
 
 	m := webhook.NewMetrics(metrics.Registry)
+	m.SetMode(mode)
+	recorder, stopEvents, err := eventRecorder(restConfig, scheme)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	metricsSrv, err := metricsServer(o, restConfig, mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	cfg := webhook.ConfigSource{Reader: mgr.GetCache(), Name: o.configName}
 	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host:    o.bindAddress,
@@ -117,15 +136,20 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 		CertDir: o.certDir,
 		TLSOpts: o.tlsOpts(),
 	})
-	srv.Register(webhook.CiliumEgressPath, &admission.Webhook{Handler: &webhook.CiliumHandler{
+	// Every handler's refusals go through the enforcement mode (contract
+	// §9.1): Events, the audit annotation, and in warn/audit an admission.
+	enforce := func(h admission.Handler, apiVersion, kind string) *admission.Webhook {
+		return &admission.Webhook{Handler: &webhook.Enforce{Handler: h, Mode: mode, Recorder: recorder, APIVersion: apiVersion, Kind: kind}}
+	}
+	srv.Register(webhook.CiliumEgressPath, enforce(&webhook.CiliumHandler{
 		Config:        cfg,
 		Owners:        &webhook.OwnerLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Metrics: m},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
-	}})
-	srv.Register(webhook.SandboxDeletePath, &admission.Webhook{Handler: &webhook.SandboxDeleteHandler{
+	}, "cilium.io/v2", "CiliumNetworkPolicy"))
+	srv.Register(webhook.SandboxDeletePath, enforce(&webhook.SandboxDeleteHandler{
 		Config: cfg, LookupTimeout: o.lookupTimeout, Metrics: m,
-	}})
+	}, "agents.x-k8s.io/v1beta1", "Sandbox"))
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -142,6 +166,11 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	if !o.certRotation {
 		if err := mgr.Add(srv); err != nil {
 			return err
+		}
+		if metricsSrv != nil {
+			if err := mgr.Add(metricsSrv); err != nil {
+				return err
+			}
 		}
 	} else {
 		ready := make(chan struct{})
@@ -173,13 +202,21 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 				if err := mgr.Add(srv); err != nil {
 					log.Error(err, "starting the webhook listener")
 				}
+				// The metrics listener serves the same certificate; started
+				// before it is mounted it would fall back to a self-signed one.
+				if metricsSrv != nil {
+					if err := mgr.Add(metricsSrv); err != nil {
+						log.Error(err, "starting the metrics listener")
+					}
+				}
 			case <-ctx.Done():
 			}
 		}()
 	}
 
 	log.Info("starting", "config", o.configName, "port", o.port, "bindAddress", o.bindAddress,
-		"certDir", o.certDir, "certRotation", o.certRotation, "tlsMinVersion", o.tlsMinVersion, "lookupTimeout", o.lookupTimeout.String())
+		"certDir", o.certDir, "certRotation", o.certRotation, "tlsMinVersion", o.tlsMinVersion, "lookupTimeout", o.lookupTimeout.String(),
+		"enforcement", mode, "metricsBindAddress", o.metricsAddr, "metricsSecure", o.metricsSecure)
 	return mgr.Start(ctx)
 }
 
@@ -192,4 +229,56 @@ func cacheSynced(c cache.Cache) healthz.Checker {
 		}
 		return nil
 	}
+}
+
+// metricsServer serves /metrics on --metrics-bind-address: by default HTTPS
+// with the webhook's own serving certificate (so a scraper can verify it
+// with the CA of the certificate Secret), HTTP/2 off, and every request
+// authenticated (TokenReview) and authorized (SubjectAccessReview for GET
+// /metrics) against the API server. nil when metrics are off.
+func metricsServer(o *options, cfg *rest.Config, hc *http.Client) (metricsserver.Server, error) {
+	if o.metricsAddr == "0" {
+		return nil, nil
+	}
+	opts := metricsserver.Options{BindAddress: o.metricsAddr}
+	if o.metricsSecure {
+		opts.SecureServing = true
+		opts.CertDir = o.certDir
+		opts.TLSOpts = o.tlsOpts()
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return metricsserver.NewServer(opts, cfg, hc)
+}
+
+// eventRecorder records the webhook's refusals as Events in the request's
+// namespace (kubectl get events). The correlator keeps them from flooding
+// the API server: per namespace and reason a burst of 25, then one every
+// 10 seconds, and similar Events aggregated into one with a count.
+func eventRecorder(cfg *rest.Config, scheme *runtime.Scheme) (record.EventRecorder, func(), error) {
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := newEventBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kc.CoreV1().Events("")})
+	return b.NewRecorder(scheme, corev1.EventSource{Component: "sandbox-fence-webhook"}), b.Shutdown, nil
+}
+
+// eventBurst and eventQPS bound the Events of one namespace and reason.
+const (
+	eventBurst = 25
+	eventQPS   = 0.1
+)
+
+// newEventBroadcaster is client-go's broadcaster with a spam filter keyed by
+// namespace and reason (not by object: every refused policy has a name of
+// its own, so a per-object key would bound nothing).
+func newEventBroadcaster() record.EventBroadcaster {
+	return record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{
+		BurstSize: eventBurst,
+		QPS:       eventQPS,
+		SpamKeyFunc: func(e *corev1.Event) string {
+			return e.Source.Component + "/" + e.InvolvedObject.Namespace + "/" + e.Reason
+		},
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
@@ -106,7 +107,7 @@ func TestShippedDeployment(t *testing.T) {
 	rotating := common
 	rotating.CertRotation = true
 	rotating.Objects = []string{
-		"ClusterRole/sandbox-fence-webhook", "ClusterRole/sandbox-fence-webhook-cert-rotation",
+		"ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook", "ClusterRole/sandbox-fence-webhook-cert-rotation",
 		"ClusterRoleBinding/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook-cert-rotation",
 		"Deployment/sandbox-fence-webhook", "Namespace/sandbox-fence-system", "PodDisruptionBudget/sandbox-fence-webhook",
 		"Role/sandbox-fence-webhook-cert-rotation", "RoleBinding/sandbox-fence-webhook-cert-rotation",
@@ -116,7 +117,7 @@ func TestShippedDeployment(t *testing.T) {
 	certManager := common
 	certManager.IssuedSecret = "sandbox-fence-webhook-cert"
 	certManager.Objects = []string{
-		"Certificate/sandbox-fence-webhook", "ClusterRole/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook",
+		"Certificate/sandbox-fence-webhook", "ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook",
 		"Deployment/sandbox-fence-webhook", "Issuer/sandbox-fence-selfsigned", "Namespace/sandbox-fence-system",
 		"PodDisruptionBudget/sandbox-fence-webhook", "Service/sandbox-fence-webhook", "ServiceAccount/sandbox-fence-webhook",
 		"ValidatingWebhookConfiguration/sandbox-fence-webhook",
@@ -138,6 +139,36 @@ func TestShippedDeployment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, render(t, tc.dir)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestEnforcementComponentSetsTheFlag parses the args the webhook runs with
+// under each enforcement component exactly as the binary would: the
+// component's appended --enforcement must be the one that wins.
+func TestEnforcementComponentSetsTheFlag(t *testing.T) {
+	for _, m := range enforcement.Modes {
+		t.Run(string(m), func(t *testing.T) {
+			var comps []string
+			if m != enforcement.Deny {
+				comps = append(comps, "components/enforcement/"+string(m))
+			}
+			var d appsv1.Deployment
+			if !tst.Find(t, tst.Render(t, configDir, "default", comps...), "Deployment", "sandbox-fence-webhook", &d) {
+				t.Fatal("no webhook Deployment")
+			}
+			fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			o := bindFlags(fs)
+			if err := fs.Parse(d.Spec.Template.Spec.Containers[0].Args); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.validate(); err != nil {
+				t.Fatal(err)
+			}
+			if o.enforcement != string(m) {
+				t.Errorf("--enforcement=%s, want %s", o.enforcement, m)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
@@ -30,6 +31,8 @@ type options struct {
 	lookupTimeout     time.Duration
 	logLevel          string
 	gracefulShutdown  time.Duration
+	enforcement       string
+	metricsSecure     bool
 }
 
 const defaultNamespace = "sandbox-fence-system"
@@ -44,7 +47,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory holding tls.crt and tls.key; reloaded when they change.")
 	fs.IntVar(&o.port, "port", 9443, "Port of the webhook's TLS listener.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address of the webhook's TLS listener; empty means all addresses.")
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `Address of the Prometheus metrics endpoint; "0" turns it off.`)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `Address of the Prometheus metrics endpoint; "0" turns it off.`)
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS with the serving certificate of --cert-dir, and only to callers the API server authenticates and authorizes for GET /metrics; false serves plain HTTP to anyone who reaches the port.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.StringVar(&o.configName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the cluster-scoped FenceConfig to read.")
 	fs.StringVar(&o.tlsMinVersion, "tls-min-version", "1.2", "Minimum TLS version of the webhook listener: 1.2 or 1.3.")
@@ -56,10 +60,14 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.lookupTimeout, "lookup-timeout", webhook.DefaultLookupTimeout, "Upper bound on the reads of one admission request (FenceConfig, owner); keep it below the webhook's timeoutSeconds.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info or error.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to let in-flight requests finish on SIGTERM.")
+	fs.StringVar(&o.enforcement, "enforcement", string(enforcement.Deny), "What a violation does: deny (HTTP 422), warn (admit with the denial message as an admission warning and an audit annotation) or audit (admit with the audit annotation only). Set by the component config/components/enforcement/<mode> together with the policies' bindings (contract §9.1).")
 	return o
 }
 
 func (o *options) validate() error {
+	if _, err := enforcement.Parse(o.enforcement); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
 	if _, err := o.tlsVersion(); err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ func TestFlags(t *testing.T) {
 		CertRotation                            bool
 		TLSMin                                  uint16
 		Lookup                                  time.Duration
+		Enforcement                             string
 	}
 	cases := []struct {
 		name    string
@@ -41,21 +42,25 @@ func TestFlags(t *testing.T) {
 	}{{
 		name: "out of cluster the defaults serve files from --cert-dir on all addresses",
 		env:  map[string]string{"KUBERNETES_SERVICE_HOST": "", "POD_NAMESPACE": ""},
-		want: summary{Port: 9443, Metrics: ":8080", Probe: ":8081", Config: "sandbox-fence", Namespace: "sandbox-fence-system", TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second},
+		want: summary{Port: 9443, Metrics: ":8443", Probe: ":8081", Config: "sandbox-fence", Namespace: "sandbox-fence-system", TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second, Enforcement: "deny"},
 	}, {
 		name: "in a cluster certificates are rotated and the namespace comes from the pod",
 		env:  map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAMESPACE": "fence"},
-		want: summary{Port: 9443, Metrics: ":8080", Probe: ":8081", Config: "sandbox-fence", Namespace: "fence", CertRotation: true, TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second},
+		want: summary{Port: 9443, Metrics: ":8443", Probe: ":8081", Config: "sandbox-fence", Namespace: "fence", CertRotation: true, TLSMin: tls.VersionTLS12, Lookup: 3 * time.Second, Enforcement: "deny"},
 	}, {
 		name: "the e2e harness's flags are accepted as given",
 		env:  map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAMESPACE": ""},
 		args: []string{"--cert-dir=/tmp/c", "--port=19443", "--bind-address=127.0.0.1", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:18081",
-			"--config-name=other", "--tls-min-version=1.3", "--cert-rotation=false", "--lookup-timeout=2s"},
-		want: summary{Port: 19443, Bind: "127.0.0.1", Metrics: "0", Probe: "127.0.0.1:18081", Config: "other", Namespace: "sandbox-fence-system", TLSMin: tls.VersionTLS13, Lookup: 2 * time.Second},
+			"--config-name=other", "--tls-min-version=1.3", "--cert-rotation=false", "--lookup-timeout=2s", "--enforcement=warn"},
+		want: summary{Port: 19443, Bind: "127.0.0.1", Metrics: "0", Probe: "127.0.0.1:18081", Config: "other", Namespace: "sandbox-fence-system", TLSMin: tls.VersionTLS13, Lookup: 2 * time.Second, Enforcement: "warn"},
 	}, {
 		name:    "TLS 1.1 is refused",
 		args:    []string{"--tls-min-version=1.1"},
 		wantErr: `--tls-min-version "1.1": must be 1.2 or 1.3`,
+	}, {
+		name:    "an enforcement mode that does not exist is refused",
+		args:    []string{"--enforcement=dryrun"},
+		wantErr: `--enforcement "dryrun": must be deny, warn or audit`,
 	}, {
 		name:    "a zero lookup timeout is refused",
 		args:    []string{"--lookup-timeout=0s"},
@@ -80,7 +85,7 @@ func TestFlags(t *testing.T) {
 			}
 			v, _ := o.tlsVersion()
 			got := summary{Port: o.port, Bind: o.bindAddress, Metrics: o.metricsAddr, Probe: o.probeAddr, Config: o.configName,
-				Namespace: o.namespace, CertRotation: o.certRotation, TLSMin: v, Lookup: o.lookupTimeout}
+				Namespace: o.namespace, CertRotation: o.certRotation, TLSMin: v, Lookup: o.lookupTimeout, Enforcement: o.enforcement}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -12,30 +12,44 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/e2e/peers"
+	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// config is one installation state of the fence. All three live in one
+// config is one installation state of the fence. All of them live in one
 // control plane: the policies stay, and only their bindings and the webhook
 // configuration are created or deleted, which is what turns enforcement on
 // and off in the apiserver (a policy without a binding is never evaluated).
+// A peer configuration (-peers) removes both and enables that engine's own
+// fence instead (e2e/peers): the engine processes run throughout the run,
+// idle while another configuration is measured.
 type config struct {
 	Name    string
 	VAPs    bool
 	Webhook bool
+	// Peer is the engine enforcing the fence instead ("" for none).
+	Peer string
 }
 
-var configs = []config{
+var shippedConfigs = []config{
 	{Name: "none", VAPs: false, Webhook: false},
 	{Name: "vaps", VAPs: true, Webhook: false},
 	{Name: "vaps+webhook", VAPs: true, Webhook: true},
 }
 
-// bindingNames are the shipped bindings (`<policy>-binding`).
-var bindingNames = []string{
-	framework.PolicyHolderEpoch + "-binding",
-	framework.PolicyHolderEpochRepair + "-binding",
-	framework.PolicyCiliumEgress + "-binding",
+// ours is the configuration that is sandbox-fence as shipped.
+const ours = "vaps+webhook"
+
+// configsFor returns the configurations of a run, the peers after ours.
+func configsFor(withPeers bool) []config {
+	cs := append([]config{}, shippedConfigs...)
+	if withPeers {
+		for _, p := range peers.Names {
+			cs = append(cs, config{Name: p, Peer: p})
+		}
+	}
+	return cs
 }
 
 // switcher installs a configuration and waits until the apiserver enforces
@@ -44,23 +58,24 @@ type switcher struct {
 	env      *framework.Env
 	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	vwc      *admissionregistrationv1.ValidatingWebhookConfiguration
+	engines  map[string]*peers.Engine
+	enabled  map[string]bool
 	probes   []probe
 	logf     framework.Logf
 }
 
-// probe is a dry-run write that one enforcer, and only it, denies. want is a
-// substring of that enforcer's denial.
+// probe is a dry-run write that one enforcer denies. want returns the
+// substring of the denial a configuration gives, or "" when it admits.
 type probe struct {
-	name    string
-	enabled func(config) bool
-	want    string
-	try     func(ctx context.Context) error
+	name string
+	want func(config) string
+	try  func(ctx context.Context) error
 }
 
-func newSwitcher(ctx context.Context, env *framework.Env, malformed string, logf framework.Logf) (*switcher, error) {
-	s := &switcher{env: env, logf: logf}
+func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*peers.Engine, malformed string, logf framework.Logf) (*switcher, error) {
+	s := &switcher{env: env, engines: engines, enabled: map[string]bool{}, logf: logf}
 	ar := env.Admin.Kube.AdmissionregistrationV1()
-	for _, n := range bindingNames {
+	for _, n := range provider.ShippedEnforcement.Bindings {
 		b, err := ar.ValidatingAdmissionPolicyBindings().Get(ctx, n, metav1.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("binding %s (is the bundle installed?): %w", n, err)
@@ -93,17 +108,32 @@ func newSwitcher(ctx context.Context, env *framework.Env, malformed string, logf
 			return err
 		}
 	}
+	// peerOr gives a peer configuration its engine's denial, else ours.
+	peerOr := func(ours func(config) string) func(config) string {
+		return func(c config) string {
+			if c.Peer != "" {
+				return engines[c.Peer].Source()
+			}
+			return ours(c)
+		}
+	}
+	onlyIf := func(on bool, want string) string {
+		if on {
+			return want
+		}
+		return ""
+	}
 	for _, m := range markers {
-		p := probe{name: m.Name, want: m.Want, try: dryCreate(m)}
+		p := probe{name: m.Name, try: dryCreate(m)}
 		switch m.Name {
 		case framework.PolicyHolderEpoch:
-			p.enabled = func(c config) bool { return c.VAPs }
 			// The repair policy's name contains this one's: match the quoted name.
-			p.want = "'" + framework.PolicyHolderEpoch + "'"
+			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, "'"+framework.PolicyHolderEpoch+"'") })
 		case framework.PolicyCiliumEgress:
-			p.enabled = func(c config) bool { return c.VAPs }
+			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, framework.PolicyCiliumEgress) })
 		case "webhook":
-			p.enabled = func(c config) bool { return c.Webhook }
+			// Only an owner lookup refuses it: our webhook or a peer's.
+			p.want = peerOr(func(c config) string { return onlyIf(c.Webhook, ".fence.sandbox.namzu.ai") })
 		default:
 			continue
 		}
@@ -117,9 +147,8 @@ func newSwitcher(ctx context.Context, env *framework.Env, malformed string, logf
 	// Sandbox as the host; the holder-epoch policy admits that write.
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"7"}}}`, fence.AnnotationHolderEpoch)
 	s.probes = append(s.probes, probe{
-		name:    framework.PolicyHolderEpochRepair,
-		enabled: func(c config) bool { return c.VAPs },
-		want:    "'" + framework.PolicyHolderEpochRepair + "'",
+		name: framework.PolicyHolderEpochRepair,
+		want: peerOr(func(c config) string { return onlyIf(c.VAPs, "'"+framework.PolicyHolderEpochRepair+"'") }),
 		try: func(ctx context.Context) error {
 			_, err := env.Host.Dynamic.Resource(framework.SandboxGVR).Namespace(env.HostNamespace).Patch(ctx, malformed,
 				types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: framework.FieldManager})
@@ -129,10 +158,19 @@ func newSwitcher(ctx context.Context, env *framework.Env, malformed string, logf
 	return s, nil
 }
 
-// install creates or deletes the bindings and the webhook configuration for
-// c, then polls every probe until its verdict is the one c implies.
+// install creates or deletes the bindings, the webhook configuration and
+// the peers' fences for c, then polls every probe until its verdict is the
+// one c implies.
 func (s *switcher) install(ctx context.Context, c config) (time.Duration, error) {
 	start := time.Now()
+	for name, e := range s.engines {
+		if name != c.Peer && s.enabled[name] {
+			if err := e.Disable(ctx, s.env); err != nil {
+				return 0, fmt.Errorf("config %s: %w", c.Name, err)
+			}
+			s.enabled[name] = false
+		}
+	}
 	ar := s.env.Admin.Kube.AdmissionregistrationV1()
 	for _, b := range s.bindings {
 		var err error
@@ -166,19 +204,25 @@ func (s *switcher) install(ctx context.Context, c config) (time.Duration, error)
 	if err != nil {
 		return 0, fmt.Errorf("config %s: webhook configuration: %w", c.Name, err)
 	}
-	for _, p := range s.probes {
-		wantDenied := p.enabled(c)
-		what := fmt.Sprintf("config %s: probe %s admitted", c.Name, p.name)
-		if wantDenied {
-			what = fmt.Sprintf("config %s: probe %s denied", c.Name, p.name)
+	if c.Peer != "" && !s.enabled[c.Peer] {
+		if err := s.engines[c.Peer].Enable(ctx, s.env); err != nil {
+			return 0, fmt.Errorf("config %s: %w", c.Name, err)
 		}
-		err := framework.Eventually(ctx, 90*time.Second, 50*time.Millisecond, what, func(ctx context.Context) (bool, string, error) {
+		s.enabled[c.Peer] = true
+	}
+	for _, p := range s.probes {
+		want := p.want(c)
+		what := fmt.Sprintf("config %s: probe %s admitted", c.Name, p.name)
+		if want != "" {
+			what = fmt.Sprintf("config %s: probe %s denied by %s", c.Name, p.name, want)
+		}
+		err := framework.Eventually(ctx, 3*time.Minute, 50*time.Millisecond, what, func(ctx context.Context) (bool, string, error) {
 			err := p.try(ctx)
 			switch {
 			case err == nil:
-				return !wantDenied, "admitted", nil
-			case strings.Contains(err.Error(), p.want):
-				return wantDenied, err.Error(), nil
+				return want == "", "admitted", nil
+			case want != "" && strings.Contains(err.Error(), want):
+				return true, err.Error(), nil
 			case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission"):
 				return false, "", fmt.Errorf("probe %s refused by RBAC, not admission: %w", p.name, err)
 			default:

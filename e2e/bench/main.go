@@ -8,10 +8,16 @@
 // the baseline cell of the same run, and the apiserver's own admission
 // histograms for our policies and webhook are quoted from the same run.
 //
-//	go run ./e2e/bench [-rounds 4] [-window 1500ms] [-out docs/bench]
+//	go run ./e2e/bench [-rounds 4] [-window 1500ms] [-peers] [-out bin/bench]
+//
+// With -peers, Kyverno and Gatekeeper enforcing the same fence
+// (e2e/bench/peers) are two more configurations of the same run, and every
+// window also charges the CPU time of the apiserver and of each engine
+// process to the admissions it served.
 //
 // It starts and stops its own control plane on loopback, and stops by
-// itself: the total is bounded by rounds x 27 windows plus switches.
+// itself: the total is bounded by rounds x configurations x 9 windows plus
+// switches.
 package main
 
 import (
@@ -32,6 +38,7 @@ import (
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/bench/chart"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/e2e/peers"
 	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
 )
 
@@ -43,6 +50,11 @@ type options struct {
 	out         string
 	waitLoad    float64
 	waitLoadMax time.Duration
+	// peers adds the kyverno and gatekeeper configurations.
+	peers bool
+	// profileDir receives CPU profiles of the apiserver (cnp, 1 client).
+	profileDir string
+	profileFor time.Duration
 }
 
 var logf = framework.StderrLogf("bench")
@@ -57,6 +69,9 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory for results.md and latency.png (default: print only)")
 	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, poll the 1-minute load average until it is below this (0: do not wait)")
 	flag.DurationVar(&o.waitLoadMax, "wait-load-max", 10*time.Minute, "give up waiting for a low load after this long and run anyway (the load is reported)")
+	flag.BoolVar(&o.peers, "peers", false, "also measure Kyverno and Gatekeeper enforcing the same fence (built by hack/peers/build.sh; e2e/peers)")
+	flag.StringVar(&o.profileDir, "apiserver-profile", "", "after the rounds, profile the apiserver's CPU under the cnp workload at 1 client in every configuration, into this directory")
+	flag.DurationVar(&o.profileFor, "profile-for", 10*time.Second, "length of each apiserver profile")
 	flag.Parse()
 	for _, s := range strings.Split(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -132,6 +147,9 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	p := &provider.Local{RepoRoot: root, BinDir: bin, KubernetesVersion: version, StateDir: state, RemoveState: true, Logf: logf}
+	if o.profileDir != "" {
+		p.ExtraAPIServerArgs = []string{"--profiling=true"}
+	}
 	env, err := p.Setup(ctx)
 	defer func() {
 		if terr := p.Teardown(context.WithoutCancel(ctx), err != nil, ""); terr != nil {
@@ -143,6 +161,20 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if !env.WebhookInstalled {
 		return errors.New("the local webhook is not installed: the vaps+webhook configuration cannot be measured")
+	}
+	configs := configsFor(o.peers)
+	engines := map[string]*peers.Engine{}
+	if o.peers {
+		for _, n := range peers.Names {
+			e, err := peers.New(n, root, filepath.Join(root, "bin"), logf)
+			if err != nil {
+				return err
+			}
+			if err := e.Start(ctx, env, p.CP); err != nil {
+				return err
+			}
+			engines[n] = e
+		}
 	}
 	const malformed = "bench-malformed-epoch"
 	if err := seedMalformed(ctx, env, malformed); err != nil {
@@ -159,10 +191,12 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	sw, err := newSwitcher(ctx, env, malformed, logf)
+	sw, err := newSwitcher(ctx, env, engines, malformed, logf)
 	if err != nil {
 		return err
 	}
+	m := newMeter(p.CP.Processes())
+	rss := map[string]map[string]float64{} // config -> process -> max MiB
 	wls := workloads(hc, fx)
 	logf("setup done in %s; load %s", time.Since(runStart).Round(100*time.Millisecond), loadavg())
 
@@ -198,7 +232,9 @@ func run(ctx context.Context, o options) (err error) {
 			}
 			for _, w := range wls {
 				for _, n := range o.concurrency {
+					cpu0 := m.cpu()
 					s, el := runWindow(ctx, hc, w, n, window)
+					cpu := diffCPU(m.cpu(), cpu0)
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
@@ -206,7 +242,7 @@ func run(ctx context.Context, o options) (err error) {
 						return fmt.Errorf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %w", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
 					}
 					if !warm {
-						results[key(c.Name, w.Name, n)] = append(results[key(c.Name, w.Name, n)], &cellResult{round: r, config: c.Name, clients: n, elapsed: el, sink: s})
+						results[key(c.Name, w.Name, n)] = append(results[key(c.Name, w.Name, n)], &cellResult{round: r, config: c.Name, clients: n, elapsed: el, sink: s, cpu: cpu})
 					}
 				}
 			}
@@ -215,6 +251,12 @@ func run(ctx context.Context, o options) (err error) {
 				return err
 			}
 			if !warm {
+				if rss[c.Name] == nil {
+					rss[c.Name] = map[string]float64{}
+				}
+				for proc, v := range m.rssMiB() {
+					rss[c.Name][proc] = max(rss[c.Name][proc], v)
+				}
 				if perConfig[c.Name] == nil {
 					perConfig[c.Name] = scrape{}
 				}
@@ -230,11 +272,24 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}
 	loadEnd := loadavg()
+	var profiles []string
+	if o.profileDir != "" {
+		if profiles, err = profileAPIServer(ctx, o, env, sw, hc, wls, configs); err != nil {
+			return err
+		}
+	}
 
 	var md strings.Builder
 	fmt.Fprintf(&md, "Run: %s UTC, %d measured rounds + warm-up, window %s per cell, GOMAXPROCS %d, wall time %s.\n\n",
 		runStart.UTC().Format("2006-01-02 15:04"), o.rounds, o.window, runtime.GOMAXPROCS(0), time.Since(runStart).Round(time.Second))
 	fmt.Fprintf(&md, "Load average (1, 5, 15 min): %s at start, %s at the end.\n\n", loadStart, loadEnd)
+	if o.peers {
+		for _, n := range peers.Names {
+			fmt.Fprintf(&md, "%s %s, built from the Go module proxy (hack/peers/%s), its fence in e2e/bench/peers/%s.\n", n, engines[n].Version(), n, n)
+		}
+		md.WriteString("\n")
+		md.WriteString(costReport(wls, o.concurrency, configs, results, key, rss))
+	}
 	for _, w := range wls {
 		fmt.Fprintf(&md, "#### %s — %s\n\n", w.Name, w.Requests)
 		md.WriteString("| clients | config | ops/s | ×baseline | per-round ops/s | p50 ms | p90 ms | p99 ms | Δp99 ms | write p50 ms | write p99 ms | Δwrite p99 ms |\n")
@@ -251,7 +306,7 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		md.WriteString("\n")
 	}
-	md.WriteString("Configuration switches and load average (1, 5, 15 min) around each block of 9 cells:\n\n")
+	fmt.Fprintf(&md, "Configuration switches and load average (1, 5, 15 min) around each block of %d cells:\n\n", len(wls)*len(o.concurrency))
 	md.WriteString("| round | config | switch observed after | load before | load after |\n|---|---|---:|---|---|\n")
 	md.WriteString(strings.Join(loads, "\n") + "\n\n")
 	md.WriteString("The apiserver's own admission histograms, summed over each configuration's measured blocks:\n\n")
@@ -260,6 +315,9 @@ func run(ctx context.Context, o options) (err error) {
 		order = append(order, c.Name)
 	}
 	md.WriteString(metricsTable(perConfig, order))
+	if len(profiles) > 0 {
+		md.WriteString("Apiserver CPU profiles (cnp workload, 1 client, after the rounds): " + strings.Join(profiles, ", ") + "\n\n")
+	}
 	fmt.Println(md.String())
 
 	if o.out != "" {
@@ -269,7 +327,7 @@ func run(ctx context.Context, o options) (err error) {
 		if err := os.WriteFile(filepath.Join(o.out, "cluster-results.md"), []byte(md.String()), 0o644); err != nil {
 			return err
 		}
-		if err := writeChart(filepath.Join(o.out, "latency.png"), wls, o.concurrency, results, key, loadStart, loadEnd); err != nil {
+		if err := writeChart(filepath.Join(o.out, "latency.png"), wls, o.concurrency, configs, results, key, loadStart, loadEnd); err != nil {
 			return err
 		}
 		logf("wrote %s and %s", filepath.Join(o.out, "cluster-results.md"), filepath.Join(o.out, "latency.png"))
@@ -278,7 +336,7 @@ func run(ctx context.Context, o options) (err error) {
 	return nil
 }
 
-func writeChart(path string, wls []workload, conc []int, results map[string][]*cellResult, key func(string, string, int) string, l0, l1 string) error {
+func writeChart(path string, wls []workload, conc []int, configs []config, results map[string][]*cellResult, key func(string, string, int) string, l0, l1 string) error {
 	c := chart.Chart{
 		Title:  "sandbox-fence: host operation latency per configuration (one interleaved run, local control plane, loopback)",
 		Note:   fmt.Sprintf("operation = what the host sees (sandbox: GET+PATCH; cnp: POST+GET+DELETE; configmap: POST+DELETE). load avg %s -> %s", l0, l1),

@@ -187,6 +187,8 @@ type cellResult struct {
 	clients int
 	elapsed time.Duration
 	sink    *sink
+	// cpu is the CPU time each metered process spent during the window.
+	cpu map[string]time.Duration
 }
 
 // runWindow runs `clients` workers of w in a closed loop for d and returns

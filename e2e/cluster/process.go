@@ -36,6 +36,13 @@ type Process struct {
 // SIGKILL of the test binary. Detached processes (devcluster up) get their
 // own session instead: they must outlive the command that started them.
 func StartProcess(name, bin string, args []string, logPath string, detached bool) (*Process, error) {
+	return StartProcessEnv(name, bin, args, nil, logPath, detached)
+}
+
+// StartProcessEnv is StartProcess with env added to this process's
+// environment (a component configured by environment variables, such as
+// Kyverno's admission controller).
+func StartProcessEnv(name, bin string, args, env []string, logPath string, detached bool) (*Process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, err
 	}
@@ -44,6 +51,9 @@ func StartProcess(name, bin string, args []string, logPath string, detached bool
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	if detached {

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 	"github.com/sandbox-fence/sandbox-fence/internal/testing/upstream"
 )
 
@@ -104,10 +105,40 @@ func CRDs(ctx context.Context, repoRoot string, logf Logf) ([]*unstructured.Unst
 	if err != nil {
 		return nil, err
 	}
+	monitoring, err := PrometheusOperatorCRDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the ServiceMonitor and PrometheusRule CRDs config/components/monitoring is checked against: %w", err)
+	}
+	logf("CRDs: ServiceMonitor and PrometheusRule from %s@%s", tst.PrometheusOperatorModule, tst.PrometheusOperatorVersion)
+	for _, f := range monitoring {
+		if _, err := add(f); err != nil {
+			return nil, err
+		}
+	}
 	for _, f := range bases {
 		if _, err := add(f); err != nil {
 			return nil, err
 		}
+	}
+	return out, nil
+}
+
+// PrometheusOperatorCRDs returns the paths of the ServiceMonitor and
+// PrometheusRule CRDs of prometheus-operator (the version the monitoring
+// component is validated against offline), so the suite's server-side dry
+// run of config/components/monitoring checks them too.
+func PrometheusOperatorCRDs(ctx context.Context) ([]string, error) {
+	dir, err := upstream.ModuleDir(ctx, tst.PrometheusOperatorModule, tst.PrometheusOperatorVersion)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+		p := filepath.Join(dir, "example", "prometheus-operator-crd", f)
+		if _, err := os.Stat(p); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -61,12 +62,23 @@ type Env struct {
 	// WebhookInstalled is false when the provider found no webhook to run;
 	// webhook-only cases skip with that reason.
 	WebhookInstalled bool
+	// Peer is the policy engine enforcing the fence instead of the shipped
+	// bindings and webhook ($E2E_ENFORCER, peer.go); nil for the bundle.
+	Peer Peer
 	// WebhookProcess stops and restarts the webhook when the provider runs
 	// it as a local process; nil otherwise (webhookproc.go).
 	WebhookProcess WebhookProcess
 	// Policies holds the shipped ValidatingAdmissionPolicies found on the
 	// cluster (filled by WaitForEnforcement); cases of a missing one skip.
 	Policies map[string]bool
+	// WebhookMetrics is where the webhook serves its metrics, when the
+	// provider can reach them (the local provider); nil otherwise.
+	WebhookMetrics *WebhookMetrics
+	// SetEnforcement switches the installed bundle to an enforcement mode
+	// through its kustomize component (config/components/enforcement) and
+	// returns once the webhook runs with the component's flag; nil when the
+	// provider cannot (then the mode cases skip with that reason).
+	SetEnforcement func(ctx context.Context, mode string) error
 	// ConversionServed is true when v1alpha1 Sandbox requests work (a CRD
 	// with strategy None, or a conversion webhook present).
 	ConversionServed bool

@@ -250,7 +250,13 @@ func (e *Env) FenceConfigSpec() fencev1.FenceConfigSpec {
 // ConfigureFence applies FenceConfigSpec to the FenceConfig named name
 // (created when config/default did not ship one).
 func (e *Env) ConfigureFence(ctx context.Context, name string) error {
-	spec := e.FenceConfigSpec()
+	return e.ConfigureFenceSpec(ctx, name, e.FenceConfigSpec())
+}
+
+// ConfigureFenceSpec applies the FenceConfig name with spec's hosts and
+// break-glass groups, under the same field manager as ConfigureFence, so a
+// test can change the configuration and ConfigureFence restore it.
+func (e *Env) ConfigureFenceSpec(ctx context.Context, name string, spec fencev1.FenceConfigSpec) error {
 	hosts := []any{}
 	for _, h := range spec.Hosts {
 		ns := []any{}

@@ -86,6 +86,9 @@ func (e *Env) HolderEpochMarker() Marker {
 // state "from before the fence was installed"), so break-glass repair can be
 // tested. Tests using it must not run in parallel with others.
 func (e *Env) WithoutHolderEpochBinding(ctx context.Context, fn func() error) (err error) {
+	if e.Peer != nil {
+		return e.Peer.WithoutHolderEpoch(ctx, e, fn)
+	}
 	bindings := e.Admin.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	name := PolicyHolderEpoch + "-binding"
 	saved, err := bindings.Get(ctx, name, metav1.GetOptions{})

@@ -6,9 +6,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -65,13 +67,20 @@ func (v Verdict) String() string {
 // (contract §8.1: never 403, the host reads 403 as missing RBAC), by a policy or
 // webhook whose name contains by, with a message containing every want.
 func (v Verdict) DeniedBy(by string, want ...string) error {
+	if p := currentPeer(); p != nil {
+		return v.deniedBy(p.Source(), want, false)
+	}
+	return v.deniedBy(by, want, true)
+}
+
+func (v Verdict) deniedBy(by string, want []string, want422 bool) error {
 	if v.Admitted {
 		return fmt.Errorf("admitted, want a denial by %s", by)
 	}
 	if v.By == "" || !strings.Contains(v.By, by) {
 		return fmt.Errorf("want a denial by %s, got %s", by, v)
 	}
-	if v.Code != 422 {
+	if want422 && v.Code != 422 {
 		return fmt.Errorf("want HTTP 422 (contract §8.1), got %s", v)
 	}
 	for _, w := range want {
@@ -93,6 +102,10 @@ func ExpectAdmitted(t testing.TB, what string, err error) {
 // ExpectDenied fails t unless err is an admission denial by `by`.
 func ExpectDenied(t testing.TB, what string, err error, by string, want ...string) {
 	t.Helper()
+	if p := currentPeer(); p != nil {
+		peerDenial(t, p, what, VerdictOf(err), want)
+		return
+	}
 	if e := VerdictOf(err).DeniedBy(by, want...); e != nil {
 		t.Fatalf("%s: %v", what, e)
 	}
@@ -123,4 +136,95 @@ func EpochDecreaseDenial(err error) (stored, sent uint64, ok bool) {
 		return 0, 0, false
 	}
 	return s, n, true
+}
+
+// Warnings collects the admission warnings a client receives.
+type Warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// HandleWarningHeader implements rest.WarningHandler.
+func (w *Warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+// Take returns the warnings received since the last Take.
+func (w *Warnings) Take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.list
+	w.list = nil
+	return out
+}
+
+// WithWarnings is id with clients that keep every admission warning they
+// receive, for a test to read with Take.
+func WithWarnings(id *Identity) (*Identity, *Warnings, error) {
+	w := &Warnings{}
+	cfg := rest.CopyConfig(id.Config)
+	cfg.WarningHandler = w
+	out, err := NewIdentity(id.Name, id.Username, id.Groups, cfg)
+	return out, w, err
+}
+
+// Outcome is a write's verdict with the warnings the client received.
+type Outcome struct {
+	Verdict
+	Warnings []string
+}
+
+// ViolationIn checks the outcome of a write that Deny mode refuses (by a
+// policy or webhook whose name contains by, with every want in the
+// message) against what the enforcement mode implies (contract §9.1):
+//   - deny: refused with 422 (DeniedBy);
+//   - warn: admitted, with a warning carrying every want (and, from a
+//     policy, the API server's "Validation failed for
+//     ValidatingAdmissionPolicy '<by>'");
+//   - audit: admitted, with no warning carrying them.
+//
+// It is the one place the suite says what a mode means, so each case is
+// written once and run in every mode.
+func (o Outcome) ViolationIn(mode, by string, want ...string) error {
+	if mode == "deny" {
+		return o.DeniedBy(by, want...)
+	}
+	if !o.Admitted {
+		return fmt.Errorf("%s mode: want admitted, got %s", mode, o.Verdict)
+	}
+	carried := false
+	for _, w := range o.Warnings {
+		all := true
+		for _, x := range want {
+			all = all && strings.Contains(w, x)
+		}
+		if strings.HasPrefix(by, "sandbox-fence-") {
+			all = all && strings.Contains(w, "ValidatingAdmissionPolicy '"+by+"'")
+		}
+		carried = carried || all
+	}
+	switch {
+	case mode == "warn" && !carried:
+		return fmt.Errorf("warn mode: admitted, but no warning carries %q from %s: %q", want, by, o.Warnings)
+	case mode == "audit" && carried:
+		return fmt.Errorf("audit mode: admitted, but the client was warned: %q", o.Warnings)
+	}
+	return nil
+}
+
+// AdmittedIn checks a write every mode admits: admitted, and no fence
+// warning (the fence's warnings start with its rule families or name a
+// sandbox-fence policy).
+func (o Outcome) AdmittedIn(mode string) error {
+	if !o.Admitted {
+		return fmt.Errorf("%s mode: want admitted, got %s", mode, o.Verdict)
+	}
+	for _, w := range o.Warnings {
+		if strings.Contains(w, "sandbox-fence-") || strings.Contains(w, "holder-epoch:") || strings.Contains(w, "cilium-fence:") {
+			return fmt.Errorf("%s mode: admitted with a fence warning: %q", mode, w)
+		}
+	}
+	return nil
 }

@@ -37,10 +37,21 @@ type Local struct {
 	Detached bool
 	// NoSignalHandler: see cluster.Options.
 	NoSignalHandler bool
-	Logf            framework.Logf
+	// ExtraAPIServerArgs are passed to kube-apiserver (cluster.Options):
+	// the bench turns profiling on with them.
+	ExtraAPIServerArgs []string
+	// Enforcer is "" for the shipped bundle, or a peer engine
+	// (framework.EnvEnforcer) that replaces its bindings and webhook.
+	Enforcer string
+	Logf     framework.Logf
 
 	CP  *cluster.ControlPlane
 	Env *framework.Env
+
+	// webhookBase and webhookCA are where the webhook process serves and
+	// the CA of its certificate.
+	webhookBase string
+	webhookCA   []byte
 }
 
 // Name implements Provider.
@@ -50,7 +61,7 @@ func (l *Local) Name() string { return "local" }
 // identities, bundle, FenceConfig, webhook, then the enforcement markers.
 func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 	start := time.Now()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: l.BinDir, StateDir: l.StateDir, Detached: l.Detached, NoSignalHandler: l.NoSignalHandler, Logf: l.Logf})
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: l.BinDir, StateDir: l.StateDir, Detached: l.Detached, NoSignalHandler: l.NoSignalHandler, Logf: l.Logf, ExtraAPIServerArgs: l.ExtraAPIServerArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +121,11 @@ func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 	if err := env.WaitForEnforcement(ctx, l.Logf); err != nil {
 		return nil, err
 	}
+	if l.Enforcer != "" && l.Enforcer != framework.ShippedEnforcer {
+		if err := l.usePeer(ctx); err != nil {
+			return nil, err
+		}
+	}
 	l.Logf("local: environment ready in %s (state %s)", time.Since(start).Round(100*time.Millisecond), l.StateDir)
 	return env, nil
 }
@@ -163,6 +179,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 		return err
 	}
 	base := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	l.webhookBase, l.webhookCA = base, ca.CertPEM
 	for _, vwc := range vwcs {
 		if err := framework.PointWebhookAt(vwc, base, ca.CertPEM); err != nil {
 			return err
@@ -173,6 +190,8 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 	}
 	l.Env.WebhookInstalled = true
 	l.Env.WebhookProcess = localWebhook{l: l}
+	l.Env.WebhookMetrics = &framework.WebhookMetrics{URL: "https://127.0.0.1:" + strconv.Itoa(ports[1]) + "/metrics", CA: ca.CertPEM}
+	l.Env.SetEnforcement = l.setEnforcement
 	l.Logf("local: webhook serving on %s", base)
 	return nil
 }

@@ -45,6 +45,9 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		return nil, err
 	}
 	bin := filepath.Join(root, "bin")
+	if e := os.Getenv(framework.EnvEnforcer); e != "" && e != framework.ShippedEnforcer && os.Getenv(EnvProvider) != "" && os.Getenv(EnvProvider) != "local" {
+		return nil, fmt.Errorf("%s=%s runs on the local provider only (the peer engines run as local processes)", framework.EnvEnforcer, e)
+	}
 	switch p := os.Getenv(EnvProvider); p {
 	case "", "local":
 		if kc := os.Getenv("KUBECONFIG"); kc != "" {
@@ -58,7 +61,7 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Local{RepoRoot: root, BinDir: cp, KubernetesVersion: version, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf}, nil
+		return &Local{RepoRoot: root, BinDir: cp, KubernetesVersion: version, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf, Enforcer: os.Getenv(framework.EnvEnforcer)}, nil
 	case "kubeconfig":
 		kc := os.Getenv("KUBECONFIG")
 		if kc == "" {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,35 +187,36 @@ func peakRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
-// metric scrapes the webhook's metrics endpoint and sums the samples of
-// name whose label set contains every one of labels (`k="v"`).
+// metric scrapes the webhook's metrics endpoint (HTTPS, as the shipped
+// metrics reader) and sums the samples of name whose label set contains
+// every one of labels (`k="v"`). p is the webhook process being measured;
+// its metrics address is the one the provider reports.
 func metric(t *testing.T, p *cluster.Process, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.Flag("metrics-bind-address") + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape webhook metrics: %v", err)
+	if env.WebhookMetrics == nil || !strings.HasSuffix(env.WebhookMetrics.URL, p.Flag("metrics-bind-address")+"/metrics") {
+		t.Fatalf("the webhook's metrics endpoint is not known for pid %d", p.Pid)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var sum float64
-	for _, l := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(l, name) {
-			continue
-		}
-		match := true
-		for _, want := range labels {
-			match = match && strings.Contains(l, want)
-		}
-		if !match {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscanf(l[strings.LastIndexByte(l, ' ')+1:], "%g", &v); err == nil {
-			sum += v
-		}
+	scraperOnce.Do(func() {
+		scraperToken, scraperErr = env.ScraperToken(context.Background(), framework.MetricsScraper, true)
+	})
+	if scraperErr != nil {
+		t.Fatalf("a token to scrape the webhook's metrics: %v", scraperErr)
 	}
-	return sum
+	if err := env.WebhookMetrics.WaitServing(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	code, body, err := env.WebhookMetrics.Scrape(context.Background(), scraperToken)
+	if err != nil || code != 200 {
+		t.Fatalf("scrape webhook metrics: %d %v", code, err)
+	}
+	return framework.MetricSum(body, name, labels...)
 }
+
+var (
+	scraperOnce  sync.Once
+	scraperToken string
+	scraperErr   error
+)
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 

@@ -129,22 +129,8 @@ func runServer(ctx context.Context, certDir, cpuprofile string) error {
 	return err
 }
 
-// serverCPU is the child's user+system CPU time from /proc/<pid>/stat.
-func serverCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / ticks, nil
-}
+// serverCPU is the child's user+system CPU time.
+func serverCPU(pid int) (time.Duration, error) { return cluster.CPUTime(pid) }
 
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -74,6 +75,9 @@ type Expect struct {
 	Messages []string `json:"messages,omitempty"`
 	// Policy, when set, is the policy that must have denied.
 	Policy string `json:"policy,omitempty"`
+	// AuditAnnotations, when set, are exactly the audit annotations the
+	// policies must record ("<policy>/<key>": value), admitted or denied.
+	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
 }
 
 // LoadCases reads every tests/*.yaml of a policy directory, sorted by name.
@@ -270,6 +274,8 @@ type Verdict struct {
 	Code    int32
 	Reason  metav1.StatusReason
 	Message string
+	// AuditAnnotations are what the request would add to the audit log.
+	AuditAnnotations map[string]string
 }
 
 // Run evaluates the case's request.
@@ -278,16 +284,16 @@ func (h *Harness) Run(ctx context.Context, in CaseInput) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	err = h.Validate(ctx, req)
-	if err == nil {
-		return Verdict{Allowed: true}, nil
+	out := h.Evaluate(ctx, req)
+	if out.Err == nil {
+		return Verdict{Allowed: true, AuditAnnotations: out.AuditAnnotations}, nil
 	}
 	var status *apierrors.StatusError
-	if !errors.As(err, &status) {
-		return Verdict{}, fmt.Errorf("the plugin failed instead of answering: %w", err)
+	if !errors.As(out.Err, &status) {
+		return Verdict{}, fmt.Errorf("the plugin failed instead of answering: %w", out.Err)
 	}
 	s := status.Status()
-	return Verdict{Code: s.Code, Reason: s.Reason, Message: s.Message}, nil
+	return Verdict{Code: s.Code, Reason: s.Reason, Message: s.Message, AuditAnnotations: out.AuditAnnotations}, nil
 }
 
 // Problems lists every way v differs from what c expects, plus denials that
@@ -297,6 +303,9 @@ func (c *Case) Problems(v Verdict) []string {
 	var out []string
 	if strings.Contains(v.Message, "compilation error:") {
 		out = append(out, "the policy did not compile: "+v.Message)
+	}
+	if c.Expect.AuditAnnotations != nil && !maps.Equal(c.Expect.AuditAnnotations, v.AuditAnnotations) {
+		out = append(out, fmt.Sprintf("audit annotations %v, want %v", v.AuditAnnotations, c.Expect.AuditAnnotations))
 	}
 	if v.Allowed != c.Expect.Allowed {
 		if v.Allowed {

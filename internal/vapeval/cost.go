@@ -73,6 +73,11 @@ func CompileExpressions(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([
 			}
 		}
 	}
+	for i, a := range p.Spec.AuditAnnotations {
+		if err := add("auditAnnotation", fmt.Sprintf("spec.auditAnnotations[%d] (%s)", i, a.Key), a.ValueExpression, -1, decls); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -181,6 +186,9 @@ func CompileForCreate(p *admissionregistrationv1.ValidatingAdmissionPolicy, comp
 			check(fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression,
 				plugincel.OptionalVariableDeclarations{HasParams: hasParams})
 		}
+	}
+	for i, a := range p.Spec.AuditAnnotations {
+		check(fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), a.ValueExpression, decls)
 	}
 	return out, nil
 }

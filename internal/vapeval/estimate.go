@@ -115,6 +115,11 @@ func StaticCosts(p *admissionregistrationv1.ValidatingAdmissionPolicy, object, p
 			}
 		}
 	}
+	for i, a := range p.Spec.AuditAnnotations {
+		if err := estimate(fmt.Sprintf("spec.auditAnnotations[%d] (%s)", i, a.Key), a.ValueExpression); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 

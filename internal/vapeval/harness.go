@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,9 +16,11 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/initializer"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/apiserver/pkg/warning"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -58,10 +61,17 @@ type Harness struct {
 // clients holding env. The policies and bindings are defaulted copies.
 func Start(ctx context.Context, env Env) (*Harness, error) {
 	var objs []runtime.Object
+	// A policy with several bindings (as installed on a cluster) comes once
+	// per binding; it is loaded once.
+	seen := map[string]bool{}
 	for _, p := range env.Policies {
 		pol, b := p.Policy.DeepCopy(), p.Binding.DeepCopy()
 		Defaults(pol, b)
-		objs = append(objs, pol, b)
+		if !seen[pol.Name] {
+			objs = append(objs, pol)
+			seen[pol.Name] = true
+		}
+		objs = append(objs, b)
 	}
 	for _, ns := range env.Namespaces {
 		objs = append(objs, ns.DeepCopy())
@@ -132,9 +142,61 @@ type Request struct {
 // Validate runs one request through every loaded policy. nil means admitted;
 // a denial is the *apierrors.StatusError the API server would return.
 func (h *Harness) Validate(ctx context.Context, r Request) error {
-	attrs := admission.NewAttributesRecord(r.Object, r.OldObject, r.Kind, r.Namespace, r.Name, r.Resource,
-		r.SubResource, r.Operation, r.Options, r.DryRun, r.User)
-	return h.plugin.Validate(ctx, attrs, objectInterfaces{})
+	return h.Evaluate(ctx, r).Err
+}
+
+// Outcome is everything the plugin produced for one request: the denial
+// (nil when admitted), the audit annotations it recorded (keyed
+// "<policy>/<key>", plus the API server's own
+// "validation.policy.admission.k8s.io/validation_failure" under an Audit
+// binding) and the warnings it sent (under a Warn binding).
+type Outcome struct {
+	Err              error
+	AuditAnnotations map[string]string
+	Warnings         []string
+}
+
+// Evaluate runs one request through every loaded policy and keeps what the
+// API server would write to the audit log and send as warnings.
+func (h *Harness) Evaluate(ctx context.Context, r Request) Outcome {
+	rec := &recorder{attrs: admission.NewAttributesRecord(r.Object, r.OldObject, r.Kind, r.Namespace, r.Name, r.Resource,
+		r.SubResource, r.Operation, r.Options, r.DryRun, r.User)}
+	rec.Attributes = rec.attrs
+	err := h.plugin.Validate(warning.WithWarningRecorder(ctx, rec), rec, objectInterfaces{})
+	return Outcome{Err: err, AuditAnnotations: rec.annotations, Warnings: rec.warnings}
+}
+
+// recorder passes the request's attributes on and keeps a copy of every
+// audit annotation and warning: the record keeps its annotations private.
+type recorder struct {
+	admission.Attributes
+	attrs       admission.Attributes
+	mu          sync.Mutex
+	annotations map[string]string
+	warnings    []string
+}
+
+func (r *recorder) AddAnnotation(key, value string) error {
+	return r.AddAnnotationWithLevel(key, value, auditinternal.LevelMetadata)
+}
+
+func (r *recorder) AddAnnotationWithLevel(key, value string, level auditinternal.Level) error {
+	if err := r.attrs.AddAnnotationWithLevel(key, value, level); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.annotations == nil {
+		r.annotations = map[string]string{}
+	}
+	r.annotations[key] = value
+	return nil
+}
+
+func (r *recorder) AddWarning(_, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.warnings = append(r.warnings, text)
 }
 
 // ErrNotReady reports a plugin that answered before its sources synced.

@@ -87,11 +87,11 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	log := logf.FromContext(ctx).WithValues("rule", RuleCiliumOwner)
 	if req.Kind.Group != cnpGK.Group || req.Kind.Kind != cnpGK.Kind || req.SubResource != "" ||
 		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed("cilium-fence: only CREATE and UPDATE of CiliumNetworkPolicy are checked")
 	}
 	if !isServiceAccount(req.UserInfo.Username) {
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed("cilium-fence: not a ServiceAccount")
 	}
 	// One deadline for everything the request reads, so a cache that is
@@ -106,17 +106,17 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		// Deny, it refuses rather than let a host through unverified. Only
 		// ServiceAccount writes of policies in fenced namespaces reach here.
 		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
-		h.Metrics.decision(RuleCiliumOwner, VerdictError)
+		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
 		return configDenial(ciliumFamily, cnpGK, req.Name, h.Config.Name, err,
 			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)")
 	}
 	if cfg.Spec.HostFor(req.UserInfo.Username) == nil {
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped)
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed("cilium-fence: not a bound host")
 	}
 	obj, err := decodeOwnerReferences(req.Object.Raw)
 	if err != nil {
-		h.Metrics.decision(RuleCiliumOwner, VerdictDenied)
+		h.Metrics.decision(RuleCiliumOwner, VerdictDenied, req.Namespace)
 		return denial(ciliumFamily, cnpGK, req.Name, field.ErrorList{field.Invalid(field.NewPath("object"), nil,
 			"the request's object is not a decodable CiliumNetworkPolicy: "+err.Error())}, nil)
 	}
@@ -129,10 +129,10 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	if len(errs) > 0 {
 		verdict := verdictOf(errs)
 		log.Info("denied", "errors", errs.ToAggregate().Error())
-		h.Metrics.decision(RuleCiliumOwner, verdict)
+		h.Metrics.decision(RuleCiliumOwner, verdict, req.Namespace)
 		return denial(ciliumFamily, cnpGK, req.Name, errs, warnings)
 	}
-	h.Metrics.decision(RuleCiliumOwner, VerdictAllowed)
+	h.Metrics.decision(RuleCiliumOwner, VerdictAllowed, req.Namespace)
 	if len(warnings) > 0 {
 		log.Info("admitted with warnings", "warnings", warnings)
 	}
@@ -155,11 +155,11 @@ func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request
 	log := logf.FromContext(ctx).WithValues("rule", RuleStrictDelete)
 	if req.Kind.Group != sandboxGK.Group || req.Kind.Kind != sandboxGK.Kind || req.SubResource != "" ||
 		req.Operation != admissionv1.Delete {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
 		return admission.Allowed("holder-epoch: only DELETE of Sandbox is checked")
 	}
 	if !isServiceAccount(req.UserInfo.Username) {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
 		return admission.Allowed("holder-epoch: not a ServiceAccount")
 	}
 	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
@@ -168,17 +168,17 @@ func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request
 	if apierrors.IsNotFound(err) {
 		// Strict delete is configuration; with no configuration it is off,
 		// as contract §8.4 makes it by default.
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
 		return admission.Allowed("holder-epoch: no FenceConfig, strict delete is off")
 	}
 	if err != nil {
 		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
-		h.Metrics.decision(RuleStrictDelete, VerdictError)
+		h.Metrics.decision(RuleStrictDelete, VerdictError, req.Namespace)
 		return configDenial(epochFamily, sandboxGK, req.Name, h.Config.Name, err,
 			"strict delete is off without one") // unreachable: not found is admitted above
 	}
 	if !cfg.Spec.StrictDelete || cfg.Spec.HostFor(req.UserInfo.Username) == nil {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped)
+		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
 		return admission.Allowed("holder-epoch: strict delete is off or the requester is not a bound host")
 	}
 	// A stored object that cannot be read is passed as nil, which the rule
@@ -193,10 +193,10 @@ func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request
 	}
 	if errs := admit.ValidateSandboxDelete(&cfg.Spec, old, opts); len(errs) > 0 {
 		log.Info("denied", "errors", errs.ToAggregate().Error())
-		h.Metrics.decision(RuleStrictDelete, VerdictDenied)
+		h.Metrics.decision(RuleStrictDelete, VerdictDenied, req.Namespace)
 		return denial(epochFamily, sandboxGK, req.Name, errs, nil)
 	}
-	h.Metrics.decision(RuleStrictDelete, VerdictAllowed)
+	h.Metrics.decision(RuleStrictDelete, VerdictAllowed, req.Namespace)
 	return admission.Allowed("")
 }
 

@@ -1,16 +1,31 @@
 package webhook
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 )
 
 // Metric names, documented in docs/webhook.md.
 const (
 	DecisionsMetric     = "sandbox_fence_webhook_decisions_total"
 	LookupSecondsMetric = "sandbox_fence_webhook_owner_lookup_duration_seconds"
+	EnforcementMetric   = "sandbox_fence_webhook_enforcement_mode"
 )
+
+// MaxNamespaceLabels bounds the namespace label of the decisions counter:
+// the first MaxNamespaceLabels namespaces seen keep their name, later ones
+// count as OtherNamespace. Through the API server only opted-in namespaces
+// reach the webhook (its namespaceSelector), so a cluster stays far below
+// the bound; the bound is for requests sent to the webhook's port directly,
+// which must not be able to grow the scrape without limit.
+const MaxNamespaceLabels = 64
+
+// OtherNamespace is the namespace label beyond MaxNamespaceLabels.
+const OtherNamespace = "_other"
 
 // Rule labels of the decisions counter.
 const (
@@ -37,6 +52,10 @@ const (
 type Metrics struct {
 	decisions     *prometheus.CounterVec
 	lookupSeconds *prometheus.HistogramVec
+	mode          *prometheus.GaugeVec
+
+	mu         sync.Mutex
+	namespaces map[string]bool
 }
 
 // NewMetrics creates the metrics and registers them with reg
@@ -45,22 +64,56 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: DecisionsMetric,
-			Help: "Admission decisions of the sandbox-fence webhook by rule and verdict (allowed, denied, error, skipped).",
-		}, []string{"rule", "verdict"}),
+			Help: "Admission decisions of the sandbox-fence webhook by rule, verdict (allowed, denied, error, skipped; denied counts violations in every enforcement mode) and namespace of the request (at most 64 distinct, then _other).",
+		}, []string{"rule", "verdict", "namespace"}),
 		lookupSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    LookupSecondsMetric,
 			Help:    "Latency of owner lookups by kind, source (cache, live) and result (found, not_found, error).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"kind", "source", "result"}),
 	}
-	reg.MustRegister(m.decisions, m.lookupSeconds)
+	m.mode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: EnforcementMetric,
+		Help: "1 for the enforcement mode the webhook runs in (--enforcement: deny, warn or audit), 0 for the others.",
+	}, []string{"mode"})
+	m.namespaces = map[string]bool{}
+	reg.MustRegister(m.decisions, m.lookupSeconds, m.mode)
+	m.SetMode(enforcement.Deny)
 	return m
 }
 
-func (m *Metrics) decision(rule, verdict string) {
-	if m != nil {
-		m.decisions.WithLabelValues(rule, verdict).Inc()
+// SetMode records the enforcement mode the webhook runs in.
+func (m *Metrics) SetMode(mode enforcement.Mode) {
+	if m == nil {
+		return
 	}
+	for _, x := range enforcement.Modes {
+		v := 0.0
+		if x == mode {
+			v = 1
+		}
+		m.mode.WithLabelValues(string(x)).Set(v)
+	}
+}
+
+func (m *Metrics) decision(rule, verdict, namespace string) {
+	if m != nil {
+		m.decisions.WithLabelValues(rule, verdict, m.namespaceLabel(namespace)).Inc()
+	}
+}
+
+// namespaceLabel keeps the label's cardinality at MaxNamespaceLabels + 1.
+func (m *Metrics) namespaceLabel(ns string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.namespaces[ns] {
+		return ns
+	}
+	if len(m.namespaces) >= MaxNamespaceLabels {
+		return OtherNamespace
+	}
+	m.namespaces[ns] = true
+	return ns
 }
 
 func (m *Metrics) lookup(kind, source, result string, d time.Duration) {

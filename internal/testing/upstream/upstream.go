@@ -58,15 +58,30 @@ func AgentSandboxDir(repoRoot string) (string, error) {
 
 // CiliumCRD returns the path of Cilium's CiliumNetworkPolicy CRD in the Go
 // module cache, downloading the module through the module proxy when it is
-// not there yet (go mod download in a scratch directory: the project's
-// go.mod never depends on Cilium).
+// not there yet.
 func CiliumCRD(ctx context.Context) (string, error) {
-	scratch, err := os.MkdirTemp("", "cilium-crd-")
+	dir, err := ModuleDir(ctx, CiliumModule, CiliumVersion)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, ciliumCRDPath)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s@%s has no CiliumNetworkPolicy CRD: %w", CiliumModule, CiliumVersion, err)
+	}
+	return path, nil
+}
+
+// ModuleDir returns the directory of module@version in the Go module cache,
+// downloading it through the module proxy when it is not there yet (go mod
+// download in a scratch directory: the project's go.mod never depends on
+// it). It fails, never falls back, when the module cannot be had.
+func ModuleDir(ctx context.Context, module, version string) (string, error) {
+	scratch, err := os.MkdirTemp("", "module-dir-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(scratch)
-	mod := CiliumModule + "@" + CiliumVersion
+	mod := module + "@" + version
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
 	cmd.Dir = scratch
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
@@ -85,9 +100,5 @@ func CiliumCRD(ctx context.Context) (string, error) {
 	if dl.Dir == "" {
 		return "", fmt.Errorf("go mod download %s gave no directory: %s", mod, out)
 	}
-	path := filepath.Join(dl.Dir, ciliumCRDPath)
-	if _, err := os.Stat(path); err != nil {
-		return "", fmt.Errorf("%s has no CiliumNetworkPolicy CRD: %w", mod, err)
-	}
-	return path, nil
+	return dl.Dir, nil
 }

@@ -1,0 +1,277 @@
+// Command cases runs the end-to-end suite once per enforcer — the shipped
+// bundle, then Kyverno and Gatekeeper each enforcing the same fence in its
+// own language (E2E_ENFORCER, e2e/peers) — and prints which cases each gets
+// right and wrong as one Markdown table (BENCHMARKS.md).
+//
+//	go run ./e2e/bench/cases [-out bin/bench] [-enforcers sandbox-fence,kyverno,gatekeeper]
+//
+// A case is a leaf test of the suite: a test without subtests, or a
+// subtest. It exits non-zero only when the shipped bundle gets a case wrong:
+// a peer's wrong case is a finding to report, not a failure of this run.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+)
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "cases %s: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// event is one line of `go test -json`.
+type event struct {
+	Action string
+	Test   string
+	Output string
+}
+
+// result is one case under one enforcer.
+type result struct {
+	action string   // pass, fail, skip
+	why    []string // failure or skip lines
+	codes  []string // HTTP codes of the peer's denials (peer-wire lines)
+}
+
+type run struct {
+	enforcer string
+	results  map[string]*result
+	elapsed  time.Duration
+	exit     error
+}
+
+var wireRE = regexp.MustCompile(`peer-wire: \S+ answered HTTP (\d+)`)
+
+func main() {
+	out := flag.String("out", "", "directory for cases.md (default: print only)")
+	list := flag.String("enforcers", framework.ShippedEnforcer+",kyverno,gatekeeper", "enforcers to run the suite against")
+	timeout := flag.String("timeout", "8m", "go test -timeout of each run")
+	flag.Parse()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		logf("%v", err)
+		os.Exit(2)
+	}
+	var runs []*run
+	for _, e := range strings.Split(*list, ",") {
+		r, err := runSuite(root, strings.TrimSpace(e), *timeout)
+		if err != nil {
+			logf("%s: %v", e, err)
+			os.Exit(1)
+		}
+		runs = append(runs, r)
+	}
+	md := table(runs)
+	fmt.Println(md)
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			logf("%v", err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(filepath.Join(*out, "cases.md"), []byte(md), 0o644); err != nil {
+			logf("%v", err)
+			os.Exit(1)
+		}
+		logf("wrote %s", filepath.Join(*out, "cases.md"))
+	}
+	for _, r := range runs {
+		if n := wrong(r, leaves(runs)); r.enforcer == framework.ShippedEnforcer && n > 0 {
+			logf("the shipped bundle got %d case(s) wrong", n)
+			os.Exit(1)
+		}
+	}
+}
+
+func runSuite(root, enforcer, timeout string) (*run, error) {
+	logf("running the e2e suite against %s", enforcer)
+	start := time.Now()
+	cmd := exec.Command("go", "test", "-count=1", "-tags", "e2e", "-json", "-timeout", timeout, "./e2e/")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), framework.EnvEnforcer+"="+enforcer)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	r := &run{enforcer: enforcer, results: map[string]*result{}, elapsed: time.Since(start), exit: err}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		return nil, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	for sc.Scan() {
+		var ev event
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.Test == "" {
+			continue
+		}
+		res := r.results[ev.Test]
+		if res == nil {
+			res = &result{}
+			r.results[ev.Test] = res
+		}
+		switch ev.Action {
+		case "pass", "fail", "skip":
+			res.action = ev.Action
+		case "output":
+			line := strings.TrimSpace(ev.Output)
+			if m := wireRE.FindStringSubmatch(line); m != nil {
+				res.codes = append(res.codes, m[1])
+			} else if strings.Contains(line, "_test.go:") || strings.Contains(line, "n/a:") {
+				res.why = append(res.why, line)
+			}
+		}
+	}
+	if len(r.results) == 0 {
+		return nil, fmt.Errorf("the suite ran no test (exit %v); its stderr ends with:\n%s", err, tail(stderr.String(), 30))
+	}
+	own := leaves([]*run{r})
+	logf("%s: %d right, %d wrong, %d n/a in %s", enforcer, count(r, own, "pass"), wrong(r, own), count(r, own, "skip"), r.elapsed.Round(time.Second))
+	return r, nil
+}
+
+// leaves are the cases: tests with no subtests, and subtests.
+func leaves(runs []*run) []string {
+	all := map[string]bool{}
+	for _, r := range runs {
+		for t := range r.results {
+			all[t] = true
+		}
+	}
+	var out []string
+	for t := range all {
+		parent := false
+		for u := range all {
+			if strings.HasPrefix(u, t+"/") {
+				parent = true
+				break
+			}
+		}
+		if !parent {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// resultFor is c's result under r; a case r did not reach takes its
+// nearest parent's (a parent skipped as n/a under a peer never starts its
+// subtests).
+func resultFor(r *run, c string) *result {
+	for {
+		if res := r.results[c]; res != nil {
+			return res
+		}
+		i := strings.LastIndexByte(c, '/')
+		if i < 0 {
+			return nil
+		}
+		c = c[:i]
+	}
+}
+
+// count is how many of cases end with action under r.
+func count(r *run, cases []string, action string) int {
+	n := 0
+	for _, c := range cases {
+		if res := resultFor(r, c); res != nil && res.action == action {
+			n++
+		}
+	}
+	return n
+}
+
+func wrong(r *run, cases []string) int { return count(r, cases, "fail") }
+
+func table(runs []*run) string {
+	var b strings.Builder
+	cases := leaves(runs)
+	b.WriteString("| case |")
+	for _, r := range runs {
+		b.WriteString(" " + r.enforcer + " |")
+	}
+	b.WriteString("\n|---|")
+	for range runs {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, c := range cases {
+		b.WriteString("| " + strings.ReplaceAll(strings.ReplaceAll(c, "_", " "), "|", "/") + " |")
+		for _, r := range runs {
+			b.WriteString(" " + cell(resultFor(r, c)) + " |")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("| **right / wrong / n/a** |")
+	for _, r := range runs {
+		fmt.Fprintf(&b, " **%d / %d / %d** |", count(r, cases, "pass"), wrong(r, cases), count(r, cases, "skip"))
+	}
+	b.WriteString("\n\n")
+	for _, r := range runs {
+		codes := map[string]int{}
+		for _, res := range r.results {
+			for _, c := range res.codes {
+				codes[c]++
+			}
+		}
+		if len(codes) > 0 {
+			var parts []string
+			for c, n := range codes {
+				parts = append(parts, fmt.Sprintf("HTTP %s: %d", c, n))
+			}
+			slices.Sort(parts)
+			fmt.Fprintf(&b, "- %s denials seen by the cases: %s (contract §8.1 requires 422).\n", r.enforcer, strings.Join(parts, ", "))
+		}
+		fmt.Fprintf(&b, "- %s: suite wall time %s.\n", r.enforcer, r.elapsed.Round(time.Second))
+	}
+	return b.String()
+}
+
+func cell(res *result) string {
+	if res == nil {
+		return "not run"
+	}
+	switch res.action {
+	case "pass":
+		return "right"
+	case "skip":
+		return "n/a"
+	case "fail":
+		why := "wrong"
+		for _, w := range res.why {
+			if !strings.Contains(w, "n/a:") {
+				why = "**wrong**: " + clip(w, 160)
+				break
+			}
+		}
+		return strings.ReplaceAll(why, "|", "/")
+	}
+	return "not finished"
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

@@ -1,0 +1,382 @@
+package fencectl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/admit"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+)
+
+// What an audit finding is about (docs/kubectl-fence.md lists them).
+const (
+	// CheckMalformedAnnotation: a Sandbox carries a backend annotation the
+	// holder-epoch policy would refuse to store today (contract §3.6, §2).
+	CheckMalformedAnnotation = "malformed-annotation"
+	// CheckOversizedAnnotation: a backend annotation over 16384 characters,
+	// refused even when a write carries it unchanged.
+	CheckOversizedAnnotation = "oversized-annotation"
+	// CheckPolicyNotAdmitted: a per-sandbox CiliumNetworkPolicy the egress
+	// policy would refuse from the host bound to its namespace (contract §4.3).
+	CheckPolicyNotAdmitted = "policy-not-admitted"
+	// CheckOrphanedPolicy: a per-sandbox policy without a live owner: no
+	// ownerReference, an owner that does not exist, has another uid, or is
+	// being deleted (contract §4.4 item 1).
+	CheckOrphanedPolicy = "orphaned-policy"
+	// CheckOwnerLabel: the owner exists but does not label its pods as the
+	// selector expects, or its name is no label value (contract §4.4 item 2).
+	CheckOwnerLabel = "owner-label"
+	// CheckNamespaceNotOptedIn: a host's namespace, or one holding
+	// per-sandbox policies, lacks the opt-in label, so the fence does not
+	// see policy writes there (contract §8.3).
+	CheckNamespaceNotOptedIn = "namespace-not-opted-in"
+)
+
+// Finding is one thing the fence would refuse today, or cannot see.
+type Finding struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Check     string `json:"check"`
+	// By is the policy or rule that found it: a ValidatingAdmissionPolicy's
+	// name, "webhook" (the owner checks of internal/admit) or "FenceConfig".
+	By      string `json:"by"`
+	Message string `json:"message"`
+}
+
+// AuditReport is the output of `kubectl fence audit`.
+type AuditReport struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Enforcement is the mode of the installed bindings (or what is
+	// inconsistent about them).
+	Enforcement string `json:"enforcement"`
+	// Policies are the installed policies the objects were evaluated with.
+	Policies []string `json:"policies"`
+	// Sandboxes and PerSandboxPolicies count what was checked.
+	Sandboxes          int       `json:"sandboxes"`
+	PerSandboxPolicies int       `json:"perSandboxPolicies"`
+	Findings           []Finding `json:"findings"`
+}
+
+// auditUser sends the evaluated Sandbox CREATEs: the holder-epoch policy
+// does not depend on who writes.
+const auditUser = "system:serviceaccount:sandbox-fence-system:kubectl-fence-audit"
+
+// Audit evaluates every Sandbox and every per-sandbox CiliumNetworkPolicy
+// against the installed policies, with the API server's own validating
+// admission policy plugin (internal/vapeval) as if each were created today
+// with the bindings in Deny mode, and runs the webhook's owner checks
+// (internal/admit) on every per-sandbox policy. Nothing is written.
+func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
+	in, err := readInstalled(ctx, c, o)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.policies) == 0 {
+		return nil, fmt.Errorf("no ValidatingAdmissionPolicy labelled %s is installed: nothing to audit against (run kubectl fence check)", BundleLabel)
+	}
+	report := &AuditReport{APIVersion: fencev1alpha1.GroupVersion.String(), Kind: "AuditReport", Findings: []Finding{}}
+	if m, why := in.mode(); m != "" {
+		report.Enforcement = string(m)
+	} else {
+		report.Enforcement = "inconsistent (" + why + ")"
+	}
+	for _, p := range in.policies {
+		report.Policies = append(report.Policies, p.Name)
+	}
+	sort.Strings(report.Policies)
+
+	h, err := startHarness(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Stop()
+
+	sandboxes, err := listAll(ctx, c, sandboxGVR, "")
+	if err != nil {
+		return nil, err
+	}
+	claims, err := listAll(ctx, c, claimGVR, "")
+	if err != nil {
+		return nil, err
+	}
+	cnps, err := listAll(ctx, c, cnpGVR, "")
+	if err != nil {
+		return nil, err
+	}
+	report.Sandboxes = len(sandboxes)
+	for i := range sandboxes {
+		f, err := auditSandbox(ctx, h, &sandboxes[i])
+		if err != nil {
+			return nil, err
+		}
+		report.Findings = append(report.Findings, f...)
+	}
+
+	spec := fencev1alpha1.FenceConfigSpec{}
+	if in.config != nil {
+		spec = in.config.Spec
+	}
+	nss := map[string]*corev1.Namespace{}
+	for i := range in.namespaces {
+		nss[in.namespaces[i].Name] = &in.namespaces[i]
+	}
+	owners := newListedOwners(claims, sandboxes)
+	notOptedIn := map[string]bool{}
+	for i := range cnps {
+		cnp := &cnps[i]
+		if !strings.HasPrefix(cnp.GetName(), fence.PolicyNamePrefix) {
+			continue
+		}
+		report.PerSandboxPolicies++
+		if ns := nss[cnp.GetNamespace()]; ns != nil && !optedIn(ns) {
+			notOptedIn[ns.Name] = true
+		}
+		f, err := auditPolicy(ctx, h, &spec, owners, cnp)
+		if err != nil {
+			return nil, err
+		}
+		report.Findings = append(report.Findings, f...)
+	}
+	report.Findings = append(report.Findings, namespaceFindings(in, nss, notOptedIn)...)
+	sort.SliceStable(report.Findings, func(i, j int) bool {
+		a, b := report.Findings[i], report.Findings[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return report, nil
+}
+
+// startHarness loads the installed policies with every binding switched to
+// Deny, so an audit reports what the fence would refuse whatever mode it
+// runs in, with the FenceConfigs the bindings name and the live namespaces.
+func startHarness(ctx context.Context, in *installed) (*vapeval.Harness, error) {
+	byName := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
+	for i := range in.policies {
+		byName[in.policies[i].Name] = &in.policies[i]
+	}
+	var env vapeval.Env
+	for i := range in.bindings {
+		b := in.bindings[i].DeepCopy()
+		b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
+		p := byName[b.Spec.PolicyName].DeepCopy()
+		p.TypeMeta = metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"}
+		b.TypeMeta = metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"}
+		// Fresh objects for the fake clients: the cluster's resourceVersions
+		// and uids mean nothing there.
+		p.ObjectMeta = metav1.ObjectMeta{Name: p.Name, Labels: p.Labels}
+		b.ObjectMeta = metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}
+		env.Policies = append(env.Policies, &vapeval.PolicyDir{Policy: p, Binding: b})
+	}
+	for _, u := range in.configs {
+		u = u.DeepCopy()
+		u.SetResourceVersion("")
+		env.Params = append(env.Params, u)
+	}
+	for i := range in.namespaces {
+		ns := in.namespaces[i].DeepCopy()
+		ns.ObjectMeta = metav1.ObjectMeta{Name: ns.Name, Labels: ns.Labels}
+		env.Namespaces = append(env.Namespaces, ns)
+	}
+	env.Resources = vapeval.Resources
+	h, err := vapeval.Start(ctx, env)
+	if err != nil {
+		return nil, fmt.Errorf("loading the installed policies into the evaluator: %w", err)
+	}
+	return h, nil
+}
+
+func auditSandbox(ctx context.Context, h *vapeval.Harness, sbx *unstructured.Unstructured) ([]Finding, error) {
+	obj := sbx.DeepCopy()
+	// A Sandbox listed without apiVersion would not map to its resource.
+	obj.SetGroupVersionKind(sandboxGVR.GroupVersion().WithKind("Sandbox"))
+	msg, denied, err := evaluate(ctx, h, obj, &user.DefaultInfo{Name: auditUser})
+	if err != nil || !denied {
+		return nil, err
+	}
+	check := CheckMalformedAnnotation
+	if strings.Contains(msg.text, "character limit") {
+		check = CheckOversizedAnnotation
+	}
+	return []Finding{{Kind: "Sandbox", Namespace: sbx.GetNamespace(), Name: sbx.GetName(), Check: check, By: msg.policy, Message: msg.text}}, nil
+}
+
+func auditPolicy(ctx context.Context, h *vapeval.Harness, spec *fencev1alpha1.FenceConfigSpec, owners admit.OwnerLookup, cnp *unstructured.Unstructured) ([]Finding, error) {
+	var out []Finding
+	add := func(check, by, msg string) {
+		out = append(out, Finding{Kind: "CiliumNetworkPolicy", Namespace: cnp.GetNamespace(), Name: cnp.GetName(), Check: check, By: by, Message: msg})
+	}
+	// As the host bound to this namespace would write it: the egress policy
+	// fences bound hosts only (contract §4.3).
+	if host := hostFor(spec, cnp.GetNamespace()); host != "" {
+		obj := cnp.DeepCopy()
+		obj.SetGroupVersionKind(cnpGVR.GroupVersion().WithKind("CiliumNetworkPolicy"))
+		msg, denied, err := evaluate(ctx, h, obj, &user.DefaultInfo{Name: host})
+		if err != nil {
+			return nil, err
+		}
+		if denied {
+			add(CheckPolicyNotAdmitted, msg.policy, msg.text)
+		}
+	}
+	errs, _ := admit.ValidateCiliumOwner(ctx, spec, owners, nil, cnp)
+	for _, e := range errs {
+		check := CheckOwnerLabel
+		if orphaned(e) {
+			check = CheckOrphanedPolicy
+		}
+		add(check, "webhook", "cilium-fence: "+e.Error())
+	}
+	return out, nil
+}
+
+// orphaned tells an owner that is not there (or not this one) from an
+// owner that is there but labels its pods wrongly.
+func orphaned(e *field.Error) bool {
+	switch {
+	case e.Type == field.ErrorTypeNotFound, e.Type == field.ErrorTypeForbidden,
+		e.Type == field.ErrorTypeRequired && e.Field == "metadata.ownerReferences",
+		e.Type == field.ErrorTypeTooMany, e.Type == field.ErrorTypeNotSupported,
+		strings.HasSuffix(e.Field, ".uid"), strings.HasSuffix(e.Field, ".kind"):
+		return true
+	}
+	return false
+}
+
+func hostFor(spec *fencev1alpha1.FenceConfigSpec, ns string) string {
+	for _, h := range spec.Hosts {
+		for _, n := range h.Namespaces {
+			if n == ns {
+				return h.Username
+			}
+		}
+	}
+	return ""
+}
+
+type denial struct{ policy, text string }
+
+// evaluate runs a CREATE of obj as u and returns the denying policy and its
+// own message (after "denied request: ").
+func evaluate(ctx context.Context, h *vapeval.Harness, obj *unstructured.Unstructured, u user.Info) (denial, bool, error) {
+	gvk := obj.GroupVersionKind()
+	var gvr schema.GroupVersionResource
+	for _, r := range vapeval.Resources {
+		if r.GVK == gvk {
+			gvr = r.GVR()
+		}
+	}
+	err := h.Validate(ctx, vapeval.Request{
+		Operation: admission.Create, Kind: gvk, Resource: gvr, Namespace: obj.GetNamespace(), Name: obj.GetName(),
+		Object: obj, Options: &metav1.CreateOptions{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "CreateOptions"}}, User: u,
+	})
+	if err == nil {
+		return denial{}, false, nil
+	}
+	var status *apierrors.StatusError
+	if !errors.As(err, &status) {
+		return denial{}, false, fmt.Errorf("evaluating %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	msg := status.Status().Message
+	d := denial{text: msg}
+	// "<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<p>'
+	// with binding '<b>' denied request: <the policy's message>"
+	if _, rest, ok := strings.Cut(msg, "ValidatingAdmissionPolicy '"); ok {
+		if name, after, ok := strings.Cut(rest, "'"); ok {
+			d.policy = name
+			if _, text, ok := strings.Cut(after, " denied request: "); ok {
+				d.text = text
+			}
+		}
+	}
+	return d, true, nil
+}
+
+func namespaceFindings(in *installed, nss map[string]*corev1.Namespace, holdingPolicies map[string]bool) []Finding {
+	var out []Finding
+	seen := map[string]bool{}
+	if in.config != nil {
+		for _, h := range in.config.Spec.Hosts {
+			for _, n := range h.Namespaces {
+				ns := nss[n]
+				switch {
+				case ns == nil:
+					out = append(out, Finding{Kind: "Namespace", Name: n, Check: CheckNamespaceNotOptedIn, By: "FenceConfig",
+						Message: fmt.Sprintf("FenceConfig %q binds host %s to namespace %s, which does not exist; create it with the label %s=%s", in.config.Name, h.Username, n, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
+				case !optedIn(ns):
+					out = append(out, Finding{Kind: "Namespace", Name: n, Check: CheckNamespaceNotOptedIn, By: "FenceConfig",
+						Message: fmt.Sprintf("host %s drives sandboxes in %s, but the namespace lacks %s=%s, so its CiliumNetworkPolicy writes there are not fenced (contract §8.3)", h.Username, n, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
+				}
+				seen[n] = true
+			}
+		}
+	}
+	var extra []string
+	for n := range holdingPolicies {
+		if !seen[n] {
+			extra = append(extra, n)
+		}
+	}
+	sort.Strings(extra)
+	for _, n := range extra {
+		out = append(out, Finding{Kind: "Namespace", Name: n, Check: CheckNamespaceNotOptedIn, By: "FenceConfig",
+			Message: fmt.Sprintf("%s holds per-sandbox policies (%s*) but lacks %s=%s: whoever writes them there is not fenced (contract §8.3)", n, fence.PolicyNamePrefix, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
+	}
+	return out
+}
+
+// listedOwners answers the owner checks from one listing of claims and
+// Sandboxes, as the webhook's cache would.
+type listedOwners struct {
+	byKey map[string]*unstructured.Unstructured
+	byNS  map[string][]unstructured.Unstructured
+}
+
+func newListedOwners(claims, sandboxes []unstructured.Unstructured) *listedOwners {
+	l := &listedOwners{byKey: map[string]*unstructured.Unstructured{}, byNS: map[string][]unstructured.Unstructured{}}
+	for _, set := range []struct {
+		k     admit.OwnerKind
+		items []unstructured.Unstructured
+	}{{admit.ClaimOwner, claims}, {admit.SandboxOwner, sandboxes}} {
+		for i := range set.items {
+			o := set.items[i].DeepCopy()
+			o.SetGroupVersionKind(set.k.GVK)
+			l.byKey[set.k.GVK.Kind+"/"+o.GetNamespace()+"/"+o.GetName()] = o
+			l.byNS[set.k.GVK.Kind+"/"+o.GetNamespace()] = append(l.byNS[set.k.GVK.Kind+"/"+o.GetNamespace()], *o)
+		}
+	}
+	return l
+}
+
+func (l *listedOwners) GetOwner(_ context.Context, k admit.OwnerKind, ns, name string, _ types.UID) (*unstructured.Unstructured, error) {
+	if o, ok := l.byKey[k.GVK.Kind+"/"+ns+"/"+name]; ok {
+		return o, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: k.GVK.Group, Resource: strings.ToLower(k.GVK.Kind) + "s"}, name)
+}
+
+func (l *listedOwners) ListOwners(_ context.Context, k admit.OwnerKind, ns string) ([]unstructured.Unstructured, error) {
+	return l.byNS[k.GVK.Kind+"/"+ns], nil
+}

@@ -1,0 +1,67 @@
+package fencectl
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// The webhook's side of the enforcement mode is read from its Deployment,
+// which the e2e local provider does not run: a binding in one mode and the
+// webhook in another must fail the check, and the last --enforcement wins
+// as in the binary's flag parsing.
+func TestCheckComparesTheWebhooksModeWithTheBindings(t *testing.T) {
+	cases := []struct {
+		name    string
+		actions []admissionregistrationv1.ValidationAction
+		args    []string
+		want    CheckResult
+	}{{
+		name: "bindings and webhook both deny", actions: []admissionregistrationv1.ValidationAction{"Deny"},
+		args: []string{"--port=9443"},
+		want: CheckResult{Name: "Enforcement mode", OK: true, Detail: "deny (bindings and webhook)"},
+	}, {
+		name: "bindings warn but the webhook denies", actions: []admissionregistrationv1.ValidationAction{"Warn", "Audit"},
+		args: []string{"--enforcement=warn", "--enforcement=deny"},
+		want: CheckResult{Name: "Enforcement mode", Detail: "bindings are warn but the webhook runs --enforcement=deny"},
+	}, {
+		name: "the component's appended flag wins", actions: []admissionregistrationv1.ValidationAction{"Audit"},
+		args: []string{"--enforcement=deny", "--enforcement=audit"},
+		want: CheckResult{Name: "Enforcement mode", OK: true, Detail: "audit (bindings and webhook)"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			labels := map[string]string{"app.kubernetes.io/name": "sandbox-fence"}
+			kc := fake.NewClientset(
+				&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyHolderEpoch, Labels: labels}},
+				&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: PolicyHolderEpoch + "-binding", Labels: labels},
+					Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: PolicyHolderEpoch, ValidationActions: tc.actions}},
+				&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: DefaultWebhookConfig, Namespace: DefaultWebhookNamespace},
+					Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "webhook", Args: tc.args}}}}}},
+			)
+			dc := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+			r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dc}, CheckOptions{
+				Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got CheckResult
+			for _, c := range r.Checks {
+				if c.Name == "Enforcement mode" {
+					got = c
+				}
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}

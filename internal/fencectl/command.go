@@ -1,0 +1,181 @@
+package fencectl
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+)
+
+// errFindings makes the process exit 1 without printing anything more:
+// the report already said what was found.
+var errFindings = errors.New("findings")
+
+// ExitCode maps what a command returned to the plugin's exit code: 0
+// clean, 1 findings or failed checks (already reported), 2 the command
+// could not run (the error is printed to errOut).
+func ExitCode(err error, errOut io.Writer) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errFindings):
+		return 1
+	}
+	fmt.Fprintln(errOut, "error:", err)
+	return 2
+}
+
+// QuietKlog keeps the in-process evaluator's informers from logging onto
+// the report.
+func QuietKlog() {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+}
+
+type root struct {
+	streams genericiooptions.IOStreams
+	flags   *genericclioptions.ConfigFlags
+	opts    Options
+	output  string
+}
+
+// NewCommand is `kubectl fence` with its three subcommands, using kubectl's
+// flags for the kubeconfig, context, namespace and credentials.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	r := &root{streams: streams, flags: genericclioptions.NewConfigFlags(true)}
+	cmd := &cobra.Command{
+		Use:   "kubectl fence",
+		Short: "Audit, inspect and check sandbox-fence on a cluster",
+		Long: `kubectl fence reads the cluster with your credentials and writes nothing.
+
+  audit           what the installed fence would refuse among the existing Sandboxes
+                  and per-sandbox CiliumNetworkPolicies (exit 1 on findings)
+  status SANDBOX  one Sandbox's holder epoch, mode, changed-at and per-sandbox policy
+  check           every piece of the installation, naming what is missing (exit 1 on failures)`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	r.flags.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml.")
+	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
+	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
+	cmd.AddCommand(r.audit(), r.status(), r.check())
+	return cmd
+}
+
+func (r *root) clients() (Clients, error) {
+	cfg, err := r.flags.ToRESTConfig()
+	if err != nil {
+		return Clients{}, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, err
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return Clients{}, err
+	}
+	return Clients{Kube: kc, Dynamic: dc}, nil
+}
+
+func (r *root) audit() *cobra.Command {
+	return &cobra.Command{
+		Use:   "audit",
+		Short: "Report what the installed fence would refuse among existing objects (exit 1 on findings)",
+		Long: `Evaluates every Sandbox and every per-sandbox CiliumNetworkPolicy (namzu-sbx-*) in
+every namespace against the installed ValidatingAdmissionPolicies, with the API
+server's own evaluator and the bindings taken as Deny whatever mode they run in,
+and runs the webhook's owner checks on every per-sandbox policy. Findings:
+malformed-annotation, oversized-annotation, policy-not-admitted, orphaned-policy,
+owner-label, namespace-not-opted-in (docs/kubectl-fence.md).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := r.clients()
+			if err != nil {
+				return err
+			}
+			rep, err := Audit(cmd.Context(), c, r.opts)
+			if err != nil {
+				return err
+			}
+			if err := Print(r.streams.Out, r.output, rep, rep.String); err != nil {
+				return err
+			}
+			if len(rep.Findings) > 0 {
+				return errFindings
+			}
+			return nil
+		},
+	}
+}
+
+func (r *root) status() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status SANDBOX",
+		Short: "Show a Sandbox's holder epoch, operating mode, changed-at and per-sandbox policy",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := r.clients()
+			if err != nil {
+				return err
+			}
+			ns, _, err := r.flags.ToRawKubeConfigLoader().Namespace()
+			if err != nil {
+				return err
+			}
+			st, err := Status(cmd.Context(), c, r.opts, ns, args[0])
+			if err != nil {
+				return err
+			}
+			return Print(r.streams.Out, r.output, st, st.String)
+		},
+	}
+}
+
+func (r *root) check() *cobra.Command {
+	o := CheckOptions{}
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Verify the installation and name what is missing or inconsistent (exit 1 on failures)",
+		Long: `Checks the Kubernetes version, the CRDs, the policies and their bindings, the
+enforcement mode of bindings and webhook, the FenceConfig, the opted-in namespaces,
+and the webhook's configuration, CA bundle and endpoints.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := r.clients()
+			if err != nil {
+				return err
+			}
+			o.Options = r.opts
+			rep, err := Check(cmd.Context(), c, o)
+			if err != nil {
+				return err
+			}
+			if err := Print(r.streams.Out, r.output, rep, rep.String); err != nil {
+				return err
+			}
+			if rep.Failed() > 0 {
+				return errFindings
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&o.WebhookConfig, "webhook-config", DefaultWebhookConfig, "Name of the ValidatingWebhookConfiguration (and of the webhook Deployment).")
+	cmd.Flags().StringVar(&o.WebhookNamespace, "webhook-namespace", DefaultWebhookNamespace, "Namespace of the webhook Deployment.")
+	cmd.Flags().DurationVar(&o.DialTimeout, "dial-timeout", 5*time.Second, "Bound on the TLS handshake with a webhook reached by URL.")
+	return cmd
+}
