@@ -7,7 +7,11 @@
 #
 # Each package's test binary is built once with fuzzing instrumentation
 # (go test -c -fuzz) and run once per target, as go test -fuzz would, with
-# the same cache directory (GOCACHE/fuzz/<package>).
+# the same cache directory (GOCACHE/fuzz/<package>). Minimization is bounded
+# to 100 runs an input: by default the fuzzer spends up to 60 s minimizing
+# every new interesting input, and FuzzAdmissionReview then ran 16 inputs in
+# 15 s instead of about 7,600; a failing input is written all the same, just
+# less reduced.
 #
 # Usage: hack/fuzz.sh [TIME]   (the fuzz time of each target; default 15s)
 set -euo pipefail
@@ -42,7 +46,7 @@ for dir in "${dirs[@]}"; do
     fi
     t0=$(date +%s)
     echo "fuzz: $target ($pkg) for $fuzztime from $(find "$corpus" -type f | wc -l) committed inputs"
-    if ! (cd "$dir" && "$bin" -test.run '^$' -test.fuzz "^$target\$" -test.fuzztime "$fuzztime" -test.fuzzcachedir "$cache/$pkg"); then
+    if ! (cd "$dir" && "$bin" -test.run '^$' -test.fuzz "^$target\$" -test.fuzztime "$fuzztime" -test.fuzzminimizetime 100x -test.fuzzcachedir "$cache/$pkg"); then
       echo "fuzz: $target FAILED; the failing input is in ${corpus#./}" >&2
       status=1
     fi
