@@ -158,7 +158,11 @@ func addStrictDeleteWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := framework.Kustomize(ctx, filepath.Join(root, "bin", "kubectl"),
+	kubectl, err := framework.Kubectl(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := framework.Kustomize(ctx, kubectl,
 		componentOnBase(t, root, filepath.Join(root, "config", "webhook", "components", "strict-delete")))
 	if err != nil {
 		t.Fatal(err)

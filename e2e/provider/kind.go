@@ -286,7 +286,10 @@ func (k *Kind) deploy(ctx context.Context) (*framework.Env, error) {
 	}
 	env := &framework.Env{Provider: k.Name(), Admin: admin, InCluster: true}
 	k.env = env
-	crds, err := framework.CRDs(ctx, k.RepoRoot, k.BinDir, k.Logf)
+	if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
+		return nil, err
+	}
+	crds, err := framework.CRDs(ctx, k.RepoRoot, k.Logf)
 	if err != nil {
 		return nil, err
 	}

@@ -52,11 +52,15 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		if kc := os.Getenv("KUBECONFIG"); kc != "" {
 			logf("KUBECONFIG=%s is ignored: the suite starts its own control plane; set %s=kubeconfig to use that cluster", kc, EnvProvider)
 		}
+		cp, version, err := framework.ControlPlane(root)
+		if err != nil {
+			return nil, err
+		}
 		state, err := os.MkdirTemp("", "sandbox-fence-e2e-")
 		if err != nil {
 			return nil, err
 		}
-		return &Local{RepoRoot: root, BinDir: bin, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf, Enforcer: os.Getenv(framework.EnvEnforcer)}, nil
+		return &Local{RepoRoot: root, BinDir: cp, KubernetesVersion: version, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf, Enforcer: os.Getenv(framework.EnvEnforcer)}, nil
 	case "kubeconfig":
 		kc := os.Getenv("KUBECONFIG")
 		if kc == "" {

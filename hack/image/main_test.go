@@ -72,8 +72,14 @@ func TestImageTarball(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d1, _ := img.Digest()
-	d2, _ := again.Digest()
+	d1, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := again.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d1 != d2 {
 		t.Errorf("digest not reproducible: %s != %s", d1, d2)
 	}

@@ -89,5 +89,6 @@ fi
 phase=cluster
 t=$SECONDS
 E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=${E2E_IMAGE_ARCHIVE:-$root/bin/webhook-image.tar} E2E_ARTIFACTS=$artifacts \
-  go test -count=1 -v -tags e2e -timeout "${E2E_TIMEOUT:-40m}" ./e2e/
+  go test -json -count=1 -tags e2e -timeout "${E2E_TIMEOUT:-40m}" ./e2e/ 2>&1 |
+  bin/testreport -v -run e2e-kind -json bin/e2e-kind.json -failures bin/e2e-kind.failures
 timings+=("cluster and suite $((SECONDS - t))s")
