@@ -19,7 +19,30 @@ IMG ?= sandbox-fence/webhook:dev
 IMAGE_TAR := $(BIN)/webhook-image.tar
 KIND_CLUSTER ?= sandbox-fence
 E2E_TIMEOUT ?= 25m
+KIND_E2E_TIMEOUT ?= 40m
 SOAK_TIMEOUT ?= 15m
+CILIUM_FUZZ_TIME ?= 1h
+# The Kubernetes release the suite's control plane runs: the pinned one
+# (hack/tools/kubernetes) unless set, e.g. make e2e KUBERNETES_VERSION=v1.33.13
+# (built into bin/k8s/<version>/ by hack/tools/build.sh, docs/testing.md).
+KUBERNETES_VERSION ?=
+export KUBERNETES_VERSION
+# The oldest supported release CI runs the suite on: internal/kubeversion.
+KUBERNETES_OLDEST := $(shell sed -n 's/^const OldestTested = "\(v[0-9.]*\)"$$/\1/p' internal/kubeversion/kubeversion.go)
+FUZZ_TIME ?= 15s
+# The e2e provider (docs/e2e.md); the skip allowlist names its run e2e
+# (local) or e2e-<provider>.
+E2E_PROVIDER ?= local
+export E2E_PROVIDER
+E2E_RUN = $(if $(filter local,$(E2E_PROVIDER)),e2e,e2e-$(E2E_PROVIDER))
+
+# go test -json through hack/testreport: prints what go test prints, lists
+# every skipped test, and fails on a skip that hack/testreport/allowed-skips.yaml
+# does not list for the run, or on a listed one that no longer skips.
+# $(1): the run's name in that file; $(2): go test's arguments. The raw
+# events stay in bin/<run>[-<version>].json, the failed tests in .failures.
+gotest = $(GO) test -json $(2) 2>&1 | $(BIN)/testreport -run $(1) \
+  -json $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).json -failures $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).failures
 
 ##@ General
 
@@ -32,11 +55,43 @@ help: ## Show this help.
 ##@ Test
 
 .PHONY: test
-test: test-unit e2e ## Everything: unit, policy and end-to-end tests (the CI command).
+test: test-env test-unit test-cilium fuzz e2e ## Everything: unit, policy, Cilium property, fuzz and end-to-end tests (the CI command).
+
+.PHONY: test-env
+test-env: ## Refuse what would make make test check less than everything.
+	@if [ -n "$${E2E_ALLOW_PARTIAL:-}" ]; then \
+	  echo "make test: E2E_ALLOW_PARTIAL=$$E2E_ALLOW_PARTIAL is refused: make test checks the whole bundle (unset it; docs/e2e.md)" >&2; exit 2; fi
+	@case "$${E2E_PROVIDER:-local}" in local) ;; *) \
+	  echo "make test: E2E_PROVIDER=$$E2E_PROVIDER is refused: make test runs the local control plane (use make e2e for another provider; docs/e2e.md)" >&2; exit 2;; esac
+	@case "$${E2E_ENFORCER:-sandbox-fence}" in sandbox-fence) ;; *) \
+	  echo "make test: E2E_ENFORCER=$$E2E_ENFORCER is refused: make test checks the shipped bundle (make bench-peers runs the peers; docs/e2e.md)" >&2; exit 2;; esac
+
+.PHONY: testreport
+testreport: ## Build hack/testreport, which checks every go test run for skips.
+	@mkdir -p $(BIN)
+	@$(GO) build -o $(BIN)/testreport ./hack/testreport
+
+.PHONY: upstream-crds
+upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the tests check against (the version pinned in e2e/ciliumproof/go.mod; once, into the Go module cache).
+	cd e2e/ciliumproof && $(GO) mod download github.com/cilium/cilium
 
 .PHONY: test-unit
-test-unit: ## Unit and offline policy tests: go test ./... (no cluster needed).
-	$(GO) test -count=1 ./...
+test-unit: testreport upstream-crds ## Unit and offline policy tests: go test ./... (no cluster needed).
+	$(call gotest,test-unit,-count=1 ./...)
+
+.PHONY: fuzz
+fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (testdata/fuzz/).
+	hack/fuzz.sh $(FUZZ_TIME)
+
+# CILIUMPROOF_BODIES sets the size of the generated run (default 20000).
+.PHONY: test-cilium
+test-cilium: testreport upstream-crds ## What admitted egress policies mean to Cilium itself: the property test of e2e/ciliumproof (its own module).
+	cd e2e/ciliumproof && $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | $(BIN)/testreport -allow ../../hack/testreport/allowed-skips.yaml -run test-cilium \
+	  -json $(BIN)/test-cilium.json -failures $(BIN)/test-cilium.failures
+
+.PHONY: fuzz-cilium
+fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM_FUZZ_TIME, default 1h).
+	cd e2e/ciliumproof && $(GO) test -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(CILIUM_FUZZ_TIME) .
 
 .PHONY: lint
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
@@ -44,31 +99,26 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) vet -tags soak ./e2e/soak/...
-	$(GO) vet -tags e2e_node ./e2e/node/...
+	cd e2e/ciliumproof && $(GO) vet ./...
 
 .PHONY: verify
 verify: lint ## Lint, then check that generated and rendered things are current.
 	$(KUBECTL) kustomize config/vap >/dev/null
 	$(KUBECTL) kustomize config/default >/dev/null
 
-.PHONY: test-node
-test-node: tools image ## In-cluster e2e on a real node here (Linux, root): kubelet + containerd, webhook from config/default.
-	hack/node/setup.sh
-	$(GO) run ./e2e/node/cmd/nodecluster cleanup
-	status=0; export E2E_PROVIDER=node E2E_IMAGE_ARCHIVE=$(IMAGE_TAR); \
-	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e || status=$$?; \
-	  $(GO) test -count=1 -v -tags e2e_node -timeout $(E2E_TIMEOUT) ./e2e/node/... || status=$$?; \
-	  $(GO) run ./e2e/node/cmd/nodecluster cleanup || status=1; exit $$status
-
 ##@ Local control plane
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/ (cached).
+tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/ (KUBERNETES_VERSION set: bin/k8s/<version>/; cached).
 	hack/tools/build.sh
 
 .PHONY: e2e
-e2e: tools ## End-to-end suite on a local control plane (E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
-	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
+e2e: tools testreport upstream-crds ## End-to-end suite on a local control plane (KUBERNETES_VERSION=vX.Y.Z: that release; E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
+	$(call gotest,$(E2E_RUN),-count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...)
+
+.PHONY: e2e-oldest
+e2e-oldest: ## The end-to-end suite on the oldest supported Kubernetes release (internal/kubeversion.OldestTested).
+	$(MAKE) e2e KUBERNETES_VERSION=$(KUBERNETES_OLDEST)
 
 .PHONY: dev-up
 dev-up: tools ## Start the local control plane with the bundle installed; writes .dev/kubeconfig.
@@ -139,9 +189,12 @@ kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER)
 	kind load image-archive $(IMAGE_TAR) --name $(KIND_CLUSTER)
 
 .PHONY: e2e-kind
-e2e-kind: tools image ## Create a kind cluster from kind.yaml, deploy config/default, run the e2e suite, delete it.
-	E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) \
-	  $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...
+e2e-kind: tools image testreport upstream-crds ## kind cluster from kind.yaml (3 nodes), config/default deployed, the suite with the in-cluster cases; starts its own engine when none answers (docs/e2e.md).
+	E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) E2E_TIMEOUT=$(KIND_E2E_TIMEOUT) hack/kind/e2e.sh
+
+.PHONY: kind-node-image
+kind-node-image: tools ## The offline kind node image for the pinned Kubernetes, from Debian packages and Go modules into bin/ (cached).
+	hack/kind/e2e.sh node-image
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the cached control-plane binaries).

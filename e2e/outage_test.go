@@ -35,7 +35,7 @@ func TestWebhookOutageRefusesOnlyWhatIsRoutedToIt(t *testing.T) {
 	requireWebhook(t)
 	requirePolicy(t, framework.PolicyCiliumEgress)
 	if env.WebhookProcess == nil {
-		t.Skipf("the %s provider gives the suite no handle on the webhook process (Env.WebhookProcess is nil): outage case not run; in-cluster restarts and evictions are the node suite's cases", env.Provider)
+		t.Skipf("the %s provider gives the suite no handle on the webhook process (Env.WebhookProcess is nil): outage case not run (it runs with E2E_PROVIDER=local and kind)", env.Provider)
 	}
 	ctx := testContext(t)
 	hostNS := env.HostNamespace

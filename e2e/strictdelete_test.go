@@ -193,7 +193,11 @@ func addStrictDeleteBinding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := framework.Kustomize(ctx, filepath.Join(root, "bin", "kubectl"),
+	kubectl, err := framework.Kubectl(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := framework.Kustomize(ctx, kubectl,
 		componentOnBase(t, root, filepath.Join(root, "config", "vap", "components", "strict-delete")))
 	if err != nil {
 		t.Fatal(err)

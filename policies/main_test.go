@@ -1,22 +1,15 @@
 package policies_test
 
 import (
-	"flag"
-	"io"
 	"os"
 	"testing"
 
-	"k8s.io/klog/v2"
+	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
 // TestMain silences the informers' klog chatter; test failures carry
 // everything needed.
 func TestMain(m *testing.M) {
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	_ = fs.Set("logtostderr", "false")
-	_ = fs.Set("alsologtostderr", "false")
-	_ = fs.Set("stderrthreshold", "FATAL")
-	klog.SetOutput(io.Discard)
+	vapeval.QuietKlog()
 	os.Exit(m.Run())
 }

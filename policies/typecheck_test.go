@@ -1,16 +1,15 @@
 package policies_test
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
+	"github.com/sandbox-fence/sandbox-fence/internal/testing/upstream"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
@@ -51,46 +50,34 @@ func TestTypeCheckOwnCRDs(t *testing.T) {
 		"../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
 }
 
-// TestTypeCheckUpstreamCRDs type-checks against the real agent-sandbox CRDs
-// and Cilium's CiliumNetworkPolicy CRD when they are on this machine.
+// TestTypeCheckUpstreamCRDs type-checks every policy against the real
+// agent-sandbox CRDs (vendored, or $SANDBOX_FENCE_UPSTREAM_CRDS) and Cilium's
+// own CiliumNetworkPolicy CRD from its module. Either missing fails the test:
+// it never skips (make test downloads the Cilium module first).
 func TestTypeCheckUpstreamCRDs(t *testing.T) {
-	dir := os.Getenv("SANDBOX_FENCE_UPSTREAM_CRDS")
-	if dir == "" {
-		dir = "../../shared/crds-upstream"
-	}
-	sandboxes := filepath.Join(dir, "agent-sandbox", "agents.x-k8s.io_sandboxes.yaml")
-	if _, err := os.Stat(sandboxes); err != nil {
-		t.Skipf("upstream agent-sandbox CRDs not found (set SANDBOX_FENCE_UPSTREAM_CRDS): %v", err)
-	}
-	claims := filepath.Join(dir, "agent-sandbox", "extensions.agents.x-k8s.io_sandboxclaims.yaml")
-	cilium := ciliumCRD(t)
-	typeCheckAll(t, loadCRDs(t, sandboxes, claims, cilium, "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
-}
-
-// ciliumCRD finds Cilium's own CRD in the module cache without making
-// cilium a dependency of this module.
-func ciliumCRD(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	sandboxes, err := upstream.AgentSandboxDir("..")
 	if err != nil {
-		t.Skipf("go env GOMODCACHE: %v", err)
+		t.Fatal(err)
 	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "github.com", "cilium", "cilium@v1.20.2",
-		"pkg", "k8s", "apis", "cilium.io", "client", "crds", "v2", "ciliumnetworkpolicies.yaml")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("Cilium's CRD is not in the module cache (run go mod download -json github.com/cilium/cilium@v1.20.2 in a scratch module): %v", err)
+	cilium, _, err := upstream.CiliumCRD(t.Context(), "..")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return path
+	// The claim CRD sits beside the Sandbox's: the owner policy matches claims.
+	claims := filepath.Join(sandboxes, "extensions.agents.x-k8s.io_sandboxclaims.yaml")
+	typeCheckAll(t, loadCRDs(t, filepath.Join(sandboxes, upstream.SandboxCRDFile), claims, cilium, fenceConfigCRD))
 }
 
 // TestPoliciesCompileForCreate compiles every expression as the API server
-// validates a new policy, at the oldest compatibility version docs/install.md
-// promises (1.32, i.e. a 1.33 server) and at this library's own, and shows
-// that one version lower is refused, so the promise is exact.
+// validates a new policy, at the compatibility version of the oldest
+// supported release (kubeversion.Minimum: a 1.33 server offers 1.32) and at
+// this library's own, and shows that one version lower is refused, so the
+// minimum is exact.
 func TestPoliciesCompileForCreate(t *testing.T) {
-	for _, v := range []string{"1.32", environment.DefaultCompatibilityVersion().String()} {
+	oldest := kubeversion.MinimumCompatibility()
+	for _, v := range []*version.Version{oldest, environment.DefaultCompatibilityVersion()} {
 		for _, p := range loadBundle(t) {
-			problems, err := vapeval.CompileForCreate(p.Policy, version.MustParse(v))
+			problems, err := vapeval.CompileForCreate(p.Policy, v)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,15 +86,16 @@ func TestPoliciesCompileForCreate(t *testing.T) {
 			}
 		}
 	}
+	below := version.MajorMinor(oldest.Major(), oldest.Minor()-1)
 	var refused int
 	for _, p := range loadBundle(t) {
-		problems, err := vapeval.CompileForCreate(p.Policy, version.MustParse("1.31"))
+		problems, err := vapeval.CompileForCreate(p.Policy, below)
 		if err != nil {
 			t.Fatal(err)
 		}
 		refused += len(problems)
 	}
 	if refused == 0 {
-		t.Error("every policy compiles at compatibility version 1.31: lower the minimum Kubernetes version in docs/install.md")
+		t.Errorf("every policy compiles at compatibility version %s: lower kubeversion.Minimum (%s) and docs/install.md", below, kubeversion.Minimum)
 	}
 }

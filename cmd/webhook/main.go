@@ -14,6 +14,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -55,7 +58,10 @@ func main() {
 	level, _ := o.slogLevel()
 	log := logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctrl.SetLogger(log)
-	if err := run(ctrl.SetupSignalHandler(), o, log.WithName("setup")); err != nil {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	ctx, draining := shutdownContext(sig, o.shutdownDrain)
+	if err := run(ctx, o, draining, log.WithName("setup")); err != nil {
 		log.Error(err, "exiting")
 		os.Exit(1)
 	}
@@ -67,7 +73,7 @@ func ownerObject(k admit.OwnerKind) *unstructured.Unstructured {
 	return u
 }
 
-func run(ctx context.Context, o *options, log logr.Logger) error {
+func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -139,8 +145,10 @@ func run(ctx context.Context, o *options, log logr.Logger) error {
 	})
 	// Every handler's refusals go through the enforcement mode (contract
 	// §9.1): Events, the audit annotation, and in warn/audit an admission.
-	enforce := func(h admission.Handler, apiVersion, kind string) *admission.Webhook {
-		return &admission.Webhook{Handler: &webhook.Enforce{Handler: h, Mode: mode, Recorder: recorder, APIVersion: apiVersion, Kind: kind}}
+	// Wrapped so that responses close their connection while the webhook
+	// drains before a shutdown (drain.go).
+	enforce := func(h admission.Handler, apiVersion, kind string) http.Handler {
+		return closeWhenDraining(&admission.Webhook{Handler: &webhook.Enforce{Handler: h, Mode: mode, Recorder: recorder, APIVersion: apiVersion, Kind: kind}}, draining)
 	}
 	srv.Register(webhook.CiliumEgressPath, enforce(&webhook.CiliumHandler{
 		Config:        cfg,

@@ -31,6 +31,7 @@ type options struct {
 	lookupTimeout     time.Duration
 	logLevel          string
 	gracefulShutdown  time.Duration
+	shutdownDrain     time.Duration
 	enforcement       string
 	metricsSecure     bool
 }
@@ -60,6 +61,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.DurationVar(&o.lookupTimeout, "lookup-timeout", webhook.DefaultLookupTimeout, "Upper bound on the reads of one admission request (FenceConfig, owner); keep it below the webhook's timeoutSeconds.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info or error.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to let in-flight requests finish on SIGTERM.")
+	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 5*time.Second, "After SIGTERM, how long to keep serving with every response closing its connection, before shutting down (drain.go says why).")
 	fs.StringVar(&o.enforcement, "enforcement", string(enforcement.Deny), "What a violation does: deny (HTTP 422), warn (admit with the denial message as an admission warning and an audit annotation) or audit (admit with the audit annotation only). Set by the component config/components/enforcement/<mode> together with the policies' bindings (contract §9.1).")
 	return o
 }

@@ -142,7 +142,11 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	p := &provider.Local{RepoRoot: root, BinDir: filepath.Join(root, "bin"), StateDir: state, RemoveState: true, Logf: logf}
+	bin, version, err := framework.ControlPlane(root)
+	if err != nil {
+		return err
+	}
+	p := &provider.Local{RepoRoot: root, BinDir: bin, KubernetesVersion: version, StateDir: state, RemoveState: true, Logf: logf}
 	if o.profileDir != "" {
 		p.ExtraAPIServerArgs = []string{"--profiling=true"}
 	}

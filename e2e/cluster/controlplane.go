@@ -43,17 +43,10 @@ type Options struct {
 	NoSignalHandler bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
-	// ExtraAPIServerArgs and ExtraControllerManagerArgs are appended after
-	// the defaults: a repeated scalar flag overrides (the last one wins), a
-	// repeated list flag (--authorization-mode, --controllers) appends. The
-	// node provider (e2e/node) uses them for what a kubelet needs: a
-	// non-loopback advertise address, the Node authorizer, more controllers.
-	ExtraAPIServerArgs         []string
-	ExtraControllerManagerArgs []string
-	// OnInterrupt runs after the control plane stopped on SIGINT/SIGTERM and
-	// before the process exits: the node provider stops its kubelet and
-	// containers there and cleans the host.
-	OnInterrupt func()
+	// ExtraAPIServerArgs are appended after the defaults: a repeated scalar
+	// flag overrides (the last one wins), a repeated list flag appends (the
+	// benchmark turns profiling on).
+	ExtraAPIServerArgs []string
 }
 
 // ControlPlane is a running local control plane.
@@ -144,9 +137,6 @@ func (c *ControlPlane) handleSignals() {
 		case s := <-ch:
 			fmt.Fprintf(os.Stderr, "cluster: %v: stopping the local control plane\n", s)
 			c.Stop()
-			if c.opts.OnInterrupt != nil {
-				c.opts.OnInterrupt()
-			}
 			os.Exit(130)
 		case <-c.stopSig:
 			signal.Stop(ch)
@@ -335,7 +325,7 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
 	}
 	c.logf("starting kube-controller-manager on 127.0.0.1:%d", port)
 	kc := c.AdminKubeconfig()
-	p, err := c.start("kube-controller-manager", append([]string{
+	p, err := c.start("kube-controller-manager", []string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
@@ -347,7 +337,7 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
 		"--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,clusterrole-aggregation-controller,validatingadmissionpolicy-status-controller",
 		"--root-ca-file=" + filepath.Join(c.pkiDir(), "ca.crt"),
 		"--v=1",
-	}, c.opts.ExtraControllerManagerArgs...))
+	})
 	if err != nil {
 		return err
 	}

@@ -3,29 +3,19 @@ package framework
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/ciliumversion"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
+	"github.com/sandbox-fence/sandbox-fence/internal/testing/upstream"
 )
-
-// EnvUpstreamCRDs names a directory of upstream agent-sandbox CRDs to
-// install instead of the project's minimal ones (config/crd/testdata).
-const EnvUpstreamCRDs = "SANDBOX_FENCE_UPSTREAM_CRDS"
-
-// CiliumVersion is the Cilium release whose CiliumNetworkPolicy CRD the suite
-// installs: the real schema, so pruning and defaulting are what a host meets.
-const CiliumVersion = "v1.20.2"
-
-const ciliumCRDPath = "pkg/k8s/apis/cilium.io/client/crds/v2/ciliumnetworkpolicies.yaml"
 
 // Logf is a progress logger.
 type Logf func(format string, args ...any)
@@ -51,153 +41,107 @@ func RepoRoot() (string, error) {
 }
 
 // CRDs returns the CustomResourceDefinitions the suite installs, with a line
-// per choice made: the agent-sandbox CRDs (project subsets, or upstream when
-// $SANDBOX_FENCE_UPSTREAM_CRDS is set), the real Cilium CRD (the subset when
-// it cannot be fetched), and the FenceConfig CRD from config/crd/bases.
-func CRDs(ctx context.Context, repoRoot, binDir string, logf Logf) ([]*unstructured.Unstructured, error) {
+// per choice made: the agent-sandbox CRDs (the project's subsets in
+// config/crd/testdata, or upstream's from $SANDBOX_FENCE_UPSTREAM_CRDS), the
+// real CiliumNetworkPolicy CRD from the github.com/cilium/cilium module, and
+// the FenceConfig CRD from config/crd/bases. Nothing falls back: a CRD that
+// cannot be read fails the setup.
+func CRDs(ctx context.Context, repoRoot string, logf Logf) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
-	add := func(path string) error {
+	add := func(path string) ([]*unstructured.Unstructured, error) {
 		objs, err := ReadYAMLFile(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		var crds []*unstructured.Unstructured
 		for _, o := range objs {
 			if o.GetKind() == "CustomResourceDefinition" {
-				out = append(out, o)
+				crds = append(crds, o)
 			}
 		}
-		return nil
-	}
-
-	testdata := filepath.Join(repoRoot, "config", "crd", "testdata")
-	cilium, err := CiliumCRD(ctx, binDir)
-	if err != nil {
-		logf("!!! real Cilium CRD unavailable (%v): installing the subset in config/crd/testdata instead", err)
-	}
-
-	if up := os.Getenv(EnvUpstreamCRDs); up != "" {
-		files, err := filepath.Glob(filepath.Join(up, "*.yaml"))
-		if err != nil || len(files) == 0 {
-			return nil, fmt.Errorf("%s=%s holds no *.yaml CRDs", EnvUpstreamCRDs, up)
+		if len(crds) == 0 {
+			return nil, fmt.Errorf("%s holds no CustomResourceDefinition", path)
 		}
-		logf("CRDs: upstream agent-sandbox CRDs from %s, spec.conversion stripped (no conversion webhook here: v1alpha1 is served with strategy None)", up)
+		out = append(out, crds...)
+		return crds, nil
+	}
+
+	if os.Getenv(upstream.EnvAgentSandboxCRDs) != "" {
+		dir, err := upstream.AgentSandboxDir(repoRoot)
+		if err != nil {
+			return nil, err
+		}
+		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if err != nil {
+			return nil, err
+		}
+		logf("CRDs: upstream agent-sandbox CRDs from %s (%s), spec.conversion stripped (no conversion webhook here: v1alpha1 is served with strategy None)", dir, upstream.EnvAgentSandboxCRDs)
 		for _, f := range files {
-			if err := add(f); err != nil {
+			crds, err := add(f)
+			if err != nil {
 				return nil, err
 			}
-		}
-		for _, o := range out {
-			unstructured.RemoveNestedField(o.Object, "spec", "conversion")
+			for _, o := range crds {
+				unstructured.RemoveNestedField(o.Object, "spec", "conversion")
+			}
 		}
 	} else {
-		files, _ := filepath.Glob(filepath.Join(testdata, "*.yaml"))
-		n := 0
-		for _, f := range files {
-			base := filepath.Base(f)
-			if base == "kustomization.yaml" || (cilium != "" && strings.HasPrefix(base, "cilium.io_")) {
-				continue
-			}
-			if err := add(f); err != nil {
+		testdata := filepath.Join(repoRoot, "config", "crd", "testdata")
+		for _, f := range []string{"agents.x-k8s.io_sandboxes.yaml", "extensions.agents.x-k8s.io_sandboxclaims.yaml"} {
+			if _, err := add(filepath.Join(testdata, f)); err != nil {
 				return nil, err
 			}
-			n++
 		}
-		if n == 0 {
-			return nil, fmt.Errorf("no test CRDs in %s; set %s to a directory of upstream CRDs", testdata, EnvUpstreamCRDs)
-		}
-		logf("CRDs: project test CRDs from %s", testdata)
+		logf("CRDs: project agent-sandbox subsets from %s", testdata)
 	}
-	if cilium != "" {
-		logf("CRDs: real CiliumNetworkPolicy CRD from github.com/cilium/cilium@%s", CiliumVersion)
-		if err := add(cilium); err != nil {
-			return nil, err
-		}
-	} else if os.Getenv(EnvUpstreamCRDs) != "" {
-		if err := add(filepath.Join(testdata, "cilium.io_ciliumnetworkpolicies.yaml")); err != nil {
-			return nil, err
-		}
+	cilium, version, err := upstream.CiliumCRD(ctx, repoRoot)
+	if err != nil {
+		return nil, fmt.Errorf("the real CiliumNetworkPolicy CRD (no fallback to the subset): %w", err)
 	}
-	monitoring, err := PrometheusOperatorCRDs(ctx, binDir)
+	logf("CRDs: real CiliumNetworkPolicy CRD from %s@%s", ciliumversion.Module, version)
+	if _, err := add(cilium); err != nil {
+		return nil, err
+	}
+	bases, err := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "bases", "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	monitoring, err := PrometheusOperatorCRDs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the ServiceMonitor and PrometheusRule CRDs config/components/monitoring is checked against: %w", err)
 	}
-	logf("CRDs: ServiceMonitor and PrometheusRule from github.com/prometheus-operator/prometheus-operator@%s", tst.PrometheusOperatorVersion)
+	logf("CRDs: ServiceMonitor and PrometheusRule from %s@%s", tst.PrometheusOperatorModule, tst.PrometheusOperatorVersion)
 	for _, f := range monitoring {
-		if err := add(f); err != nil {
+		if _, err := add(f); err != nil {
 			return nil, err
 		}
 	}
-	bases, _ := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "bases", "*.yaml"))
 	for _, f := range bases {
-		if err := add(f); err != nil {
+		if _, err := add(f); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
-}
-
-// CiliumCRD returns the path of the real CiliumNetworkPolicy CRD, cached
-// under binDir; the first call reads it from the github.com/cilium/cilium
-// module.
-func CiliumCRD(ctx context.Context, binDir string) (string, error) {
-	return moduleFile(ctx, binDir, "github.com/cilium/cilium", CiliumVersion, ciliumCRDPath)
 }
 
 // PrometheusOperatorCRDs returns the paths of the ServiceMonitor and
 // PrometheusRule CRDs of prometheus-operator (the version the monitoring
 // component is validated against offline), so the suite's server-side dry
 // run of config/components/monitoring checks them too.
-func PrometheusOperatorCRDs(ctx context.Context, binDir string) ([]string, error) {
+func PrometheusOperatorCRDs(ctx context.Context) ([]string, error) {
+	dir, err := upstream.ModuleDir(ctx, tst.PrometheusOperatorModule, tst.PrometheusOperatorVersion)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
-		p, err := moduleFile(ctx, binDir, "github.com/prometheus-operator/prometheus-operator", tst.PrometheusOperatorVersion, "example/prometheus-operator-crd/"+f)
-		if err != nil {
+		p := filepath.Join(dir, "example", "prometheus-operator-crd", f)
+		if _, err := os.Stat(p); err != nil {
 			return nil, err
 		}
 		out = append(out, p)
 	}
 	return out, nil
-}
-
-// moduleFile returns the path of file path of module@version, cached under
-// binDir/crds; the first call downloads the module through the Go module
-// proxy into a scratch module, so the project go.mod never depends on it.
-func moduleFile(ctx context.Context, binDir, module, version, path string) (string, error) {
-	cached := filepath.Join(binDir, "crds", filepath.Base(module)+"-"+version, filepath.Base(path))
-	if _, err := os.Stat(cached); err == nil {
-		return cached, nil
-	}
-	scratch, err := os.MkdirTemp("", "module-file-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(scratch)
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module+"@"+version)
-	cmd.Dir = scratch
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return "", fmt.Errorf("go mod download %s@%s: %v: %s%s", module, version, err, ee.Stderr, out)
-		}
-		return "", err
-	}
-	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil {
-		return "", err
-	}
-	if mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download %s@%s: %s", module, version, mod.Error)
-	}
-	data, err := os.ReadFile(filepath.Join(mod.Dir, path))
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
-		return "", err
-	}
-	return cached, os.WriteFile(cached, data, 0o644)
 }
 
 // InstallCRDs applies crds and waits until they are Established.

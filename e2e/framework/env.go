@@ -65,12 +65,20 @@ type Env struct {
 	// Peer is the policy engine enforcing the fence instead of the shipped
 	// bindings and webhook ($E2E_ENFORCER, peer.go); nil for the bundle.
 	Peer Peer
-	// WebhookProcess stops and restarts the webhook when the provider runs
-	// it as a local process; nil otherwise (webhookproc.go).
+	// WebhookProcess stops and restarts the webhook: the local process, or
+	// the in-cluster Deployment scaled to zero and back; nil when the
+	// provider cannot (webhookproc.go).
 	WebhookProcess WebhookProcess
 	// APIServerProcess restarts kube-apiserver when the provider runs it as
 	// a local process; nil otherwise (apiserverproc.go).
 	APIServerProcess APIServerProcess
+	// InCluster is true when the webhook runs as the shipped Deployment
+	// behind its Service (kind): the rollout, eviction, rotation, drain and
+	// placement cases need it.
+	InCluster bool
+	// Nodes stops and starts nodes when the provider owns them (kind); nil
+	// otherwise (nodes.go).
+	Nodes Nodes
 	// Policies holds the shipped ValidatingAdmissionPolicies found on the
 	// cluster (filled by WaitForEnforcement); cases of a missing one skip.
 	Policies map[string]bool

@@ -40,6 +40,8 @@ const (
 	WebhookConfigName = "sandbox-fence-webhook"
 	WebhookNamespace  = "sandbox-fence-system"
 	WebhookName       = "sandbox-fence-webhook"
+	// WebhookPodSelector selects the webhook Deployment's pods.
+	WebhookPodSelector = "app.kubernetes.io/name=sandbox-fence-webhook"
 )
 
 // ServiceAccountUser is the user name the apiserver gives a ServiceAccount.

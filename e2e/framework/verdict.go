@@ -3,6 +3,8 @@ package framework
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -107,6 +109,33 @@ func ExpectDenied(t testing.TB, what string, err error, by string, want ...strin
 	if e := VerdictOf(err).DeniedBy(by, want...); e != nil {
 		t.Fatalf("%s: %v", what, e)
 	}
+}
+
+// decreaseRE is the holder-epoch policy's rule 4 message (contract §3.6):
+// the stored epoch and the one the write carried, both as the policy saw
+// them at admission.
+var decreaseRE = regexp.MustCompile(`holder-epoch: metadata\.annotations\[sandbox\.namzu\.ai/holder-epoch\]: epoch may not decrease from "([0-9]+)" to "([0-9]+)"`)
+
+// EpochDecreaseDenial reports whether err is the holder-epoch policy's own
+// "may not decrease" denial (HTTP 422 by ValidatingAdmissionPolicy
+// sandbox-fence-holder-epoch), with the stored and the sent epoch it names.
+// Reading them from the denial, not from a later GET, says what the server
+// compared when it refused.
+func EpochDecreaseDenial(err error) (stored, sent uint64, ok bool) {
+	v := VerdictOf(err)
+	if v.Admitted || v.By != PolicyHolderEpoch || v.Code != 422 {
+		return 0, 0, false
+	}
+	m := decreaseRE.FindStringSubmatch(v.Denial)
+	if m == nil {
+		return 0, 0, false
+	}
+	s, err1 := strconv.ParseUint(m[1], 10, 64)
+	n, err2 := strconv.ParseUint(m[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return s, n, true
 }
 
 // Warnings collects the admission warnings a client receives.

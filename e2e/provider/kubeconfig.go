@@ -67,6 +67,9 @@ func (k *Kubeconfig) Setup(ctx context.Context) (*framework.Env, error) {
 				return nil, err
 			}
 		}
+		if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
+			return nil, err
+		}
 		if err := env.VerifyIdentities(ctx); err != nil {
 			return nil, err
 		}
@@ -77,6 +80,10 @@ func (k *Kubeconfig) Setup(ctx context.Context) (*framework.Env, error) {
 			return nil, err
 		}
 		if env.Admin, err = framework.NewIdentity(framework.ContextAdmin, "", nil, cfg); err != nil {
+			return nil, err
+		}
+		// Before anything is written to the cluster.
+		if err := env.CheckServerVersion(ctx, "", k.Logf); err != nil {
 			return nil, err
 		}
 		if err := env.SetupIdentities(ctx, framework.Impersonating(cfg)); err != nil {

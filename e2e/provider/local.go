@@ -24,8 +24,12 @@ import (
 // as a local process behind a URL-based webhook configuration.
 type Local struct {
 	RepoRoot string
-	BinDir   string
-	StateDir string
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager and
+	// kubectl: framework.ControlPlane says which.
+	BinDir string
+	// KubernetesVersion is the release of BinDir; the server must report it.
+	KubernetesVersion string
+	StateDir          string
 	// RemoveState deletes StateDir on a successful teardown.
 	RemoveState bool
 	// Detached leaves the processes running after this process exits
@@ -68,8 +72,11 @@ func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 	}
 	env := &framework.Env{Provider: l.Name(), Admin: admin}
 	l.Env = env
+	if err := env.CheckServerVersion(ctx, l.KubernetesVersion, l.Logf); err != nil {
+		return nil, err
+	}
 
-	crds, err := framework.CRDs(ctx, l.RepoRoot, l.BinDir, l.Logf)
+	crds, err := framework.CRDs(ctx, l.RepoRoot, l.Logf)
 	if err != nil {
 		return nil, err
 	}

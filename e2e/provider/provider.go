@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
-	"github.com/sandbox-fence/sandbox-fence/e2e/node"
 )
 
 // Environment variables that choose and tune the provider.
@@ -53,11 +52,15 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		if kc := os.Getenv("KUBECONFIG"); kc != "" {
 			logf("KUBECONFIG=%s is ignored: the suite starts its own control plane; set %s=kubeconfig to use that cluster", kc, EnvProvider)
 		}
+		cp, version, err := framework.ControlPlane(root)
+		if err != nil {
+			return nil, err
+		}
 		state, err := os.MkdirTemp("", "sandbox-fence-e2e-")
 		if err != nil {
 			return nil, err
 		}
-		return &Local{RepoRoot: root, BinDir: bin, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf, Enforcer: os.Getenv(framework.EnvEnforcer)}, nil
+		return &Local{RepoRoot: root, BinDir: cp, KubernetesVersion: version, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf, Enforcer: os.Getenv(framework.EnvEnforcer)}, nil
 	case "kubeconfig":
 		kc := os.Getenv("KUBECONFIG")
 		if kc == "" {
@@ -73,10 +76,7 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		return &Kubeconfig{Path: kc, Logf: logf}, nil
 	case "kind":
 		return NewKind(root, bin, logf), nil
-	case "node":
-		// A kubelet on containerd here (Linux, root): e2e/node.
-		return node.NewProvider(root, bin, logf), nil
 	default:
-		return nil, fmt.Errorf("%s=%q: want local, kubeconfig, kind or node", EnvProvider, p)
+		return nil, fmt.Errorf("%s=%q: want local, kubeconfig or kind", EnvProvider, p)
 	}
 }

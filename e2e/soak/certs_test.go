@@ -3,6 +3,7 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -16,13 +17,20 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
 const (
@@ -134,17 +142,53 @@ func setCABundle(ctx context.Context, caPEM []byte) error {
 	return err
 }
 
+// hostReview is the AdmissionReview the API server sends the webhook for
+// the bound host's (dry-run) create of policy.
+func hostReview(t *testing.T, policy []byte, name string) []byte {
+	t.Helper()
+	user := framework.ServiceAccountUser(env.HostNamespace, framework.HostServiceAccount)
+	dry := true
+	b, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       types.UID(uuid.NewUUID()),
+			Kind:      metav1.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"},
+			Resource:  metav1.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"},
+			Namespace: env.HostNamespace, Name: name, Operation: admissionv1.Create, DryRun: &dry,
+			UserInfo: authnv1.UserInfo{Username: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + env.HostNamespace, "system:authenticated"}},
+			Object:   runtime.RawExtension{Raw: policy},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // Scenario 3 (issue 7): short-lived serving certificates are replaced under
 // load through the mechanism the Deployment relies on: the Secret volume is
 // updated in place and the webhook's certwatcher reloads --cert-dir; the
-// caBundle keeps trusting the same CA. No admission may fail.
+// caBundle keeps trusting the same CA. After each rotation: a fresh TLS
+// handshake verified against the caBundle must be served the new
+// certificate; admission reviews sent over fresh verified connections must
+// be answered (the valid write allowed, the invented owner refused); and the
+// API server must open a fresh connection to the webhook (its client is
+// rebuilt by rewriting the caBundle with the same CA in new bytes), which
+// can only handshake with the new certificate, and admit over it. Under
+// constant keep-alive load it would otherwise never handshake again. No
+// admission may fail.
 func TestCertificateRotationUnderLoad(t *testing.T) {
 	const sc = "3 cert rotation"
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	p := component(t, "webhook")
+	ap := component(t, "kube-apiserver")
 	hp := newHostPolicy(ctx, t)
 	vol := &secretVolume{dir: p.Flag("cert-dir")}
+	inventedBody, err := json.Marshal(hp.invalid.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The local provider keeps no webhook CA key, so the soak re-roots the
 	// webhook on a CA it holds before the load starts (not counted).
@@ -152,6 +196,8 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
 	certPEM, keyPEM, serial, err := issueShortLived(ca, certLifetime)
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +211,7 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	// The host's policy is created before the swap; its writes are then
 	// retried until the API server trusts the new chain.
 	if err := framework.Eventually(ctx, time.Minute, 100*time.Millisecond, "the API server trusts the soak CA's certificate", func(ctx context.Context) (bool, string, error) {
-		got, err := servedSerial(p)
+		got, err := verifiedSerial(p, pool)
 		if err != nil || got != serial.String() {
 			return false, fmt.Sprintf("served %s (%v)", got, err), nil
 		}
@@ -182,32 +228,86 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 		"invalid": {hp.writeInvalid},
 	})
 	start := time.Now()
-	var reloads []time.Duration
+	var reloads, reconnects []time.Duration
+	var freshFailed, noReconnect int64
+	var freshReviews int
+	fail := func(err error) {
+		load.finish()
+		t.Fatal(err)
+	}
 	for i := range rotations {
 		select {
 		case <-time.After(rotateEvery): // the rotation schedule
 		case <-ctx.Done():
-			load.finish()
-			t.Fatal(ctx.Err())
+			fail(ctx.Err())
 		}
 		certPEM, keyPEM, serial, err := issueShortLived(ca, certLifetime)
 		if err != nil {
-			load.finish()
-			t.Fatal(err)
+			fail(err)
 		}
 		wrote := time.Now()
 		if err := vol.write(certPEM, keyPEM); err != nil {
-			load.finish()
-			t.Fatal(err)
+			fail(err)
 		}
-		if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, fmt.Sprintf("rotation %d served", i+1), func(context.Context) (bool, string, error) {
-			got, err := servedSerial(p)
+		// A handshake verified against the caBundle, as the API server
+		// makes one, is served the new certificate.
+		if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, fmt.Sprintf("rotation %d served on a verified handshake", i+1), func(context.Context) (bool, string, error) {
+			got, err := verifiedSerial(p, pool)
 			return err == nil && got == serial.String(), fmt.Sprintf("served %s (%v)", got, err), nil
 		}); err != nil {
-			load.finish()
-			t.Fatal(err)
+			fail(err)
 		}
 		reloads = append(reloads, time.Since(wrote))
+		// Admissions over fresh connections with the new certificate.
+		for _, c := range []struct {
+			name, body string
+			allowed    bool
+		}{{"valid", string(hp.valid), true}, {"invented owner", string(inventedBody), false}} {
+			freshReviews++
+			resp, err := freshReview(ctx, p, pool, webhook.CiliumEgressPath, hostReview(t, []byte(c.body), hp.name))
+			switch {
+			case err != nil:
+				freshFailed++
+				t.Errorf("rotation %d: %s review over a fresh connection: %v", i+1, c.name, err)
+			case resp.Allowed != c.allowed || !c.allowed && (resp.Result == nil || !strings.HasPrefix(resp.Result.Message, "cilium-fence:")):
+				freshFailed++
+				t.Errorf("rotation %d: %s review over a fresh connection: allowed=%v, %+v", i+1, c.name, resp.Allowed, resp.Result)
+			}
+		}
+		// The API server on a fresh connection: a new caBundle (the same
+		// CA, in bytes never used before) makes it build a new client.
+		before, err := connsTo(ap.Pid, p.Flag("port"))
+		if err != nil {
+			fail(err)
+		}
+		bumped := time.Now()
+		if err := setCABundle(ctx, bytes.Repeat(ca.CertPEM, i+2)); err != nil {
+			fail(err)
+		}
+		var fresh time.Time
+		if err := framework.Eventually(ctx, 30*time.Second, 20*time.Millisecond, fmt.Sprintf("rotation %d: kube-apiserver opens a fresh connection to the webhook", i+1), func(context.Context) (bool, string, error) {
+			now, err := connsTo(ap.Pid, p.Flag("port"))
+			if err != nil {
+				return false, "", err
+			}
+			for port := range now {
+				if !before[port] {
+					fresh = time.Now()
+					return true, "", nil
+				}
+			}
+			return false, fmt.Sprintf("%d connections, all from before", len(now)), nil
+		}); err != nil {
+			noReconnect++
+			t.Error(err)
+			continue
+		}
+		if _, err := load.admittedSince(ctx, fresh, 30*time.Second); err != nil {
+			noReconnect++
+			t.Errorf("rotation %d: no valid write admitted after kube-apiserver's fresh connection: %v", i+1, err)
+			continue
+		}
+		reconnects = append(reconnects, fresh.Sub(bumped))
 	}
 	// One more rotation period with load: the first certificates have
 	// expired by now, so only reloaded ones can be serving.
@@ -228,7 +328,7 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, "long-lived certificate served", func(context.Context) (bool, string, error) {
-		got, err := servedSerial(p)
+		got, err := verifiedSerial(p, pool)
 		return err == nil && got == handBackSerial.String(), fmt.Sprintf("served %s (%v)", got, err), nil
 	}); err != nil {
 		t.Fatal(err)
@@ -265,8 +365,12 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	if exited, _ := p.Exited(); exited {
 		t.Errorf("the webhook exited during rotation:\n%s", p.Tail(20))
 	}
-	figures.note(sc, "rotations", "%d, every %s, each certificate valid %s (same CA, caBundle unchanged)", rotations, rotateEvery, certLifetime)
-	figures.note(sc, "write to served (certwatcher reload)", "%s", durations(reloads))
+	figures.note(sc, "rotations", "%d, every %s, each certificate valid %s (same CA; the caBundle rewritten with it after each)", rotations, rotateEvery, certLifetime)
+	figures.note(sc, "write to served on a handshake verified against the caBundle (certwatcher reload)", "%s", durations(reloads))
+	figures.count(t, sc, "reviews over fresh verified connections answered wrongly or not at all", freshFailed, true)
+	figures.note(sc, "reviews over fresh verified connections", "%d (a valid and an invented-owner review after each rotation)", freshReviews)
+	figures.note(sc, "caBundle rewritten to kube-apiserver's fresh connection to the webhook", "%s", durations(reconnects))
+	figures.count(t, sc, "rotations without a fresh kube-apiserver connection admitting", noReconnect, true)
 	figures.note(sc, "admissions during rotation", "%d in %s: %d valid admitted, %d invented-owner refused by the webhook's verdict", valid+invalid, elapsed.Round(time.Second), validOK, invalidVerdict)
 	figures.count(t, sc, "failed admissions", failed, true)
 }

@@ -10,13 +10,14 @@ import (
 	"time"
 )
 
-// figure is one measured number of a scenario. A must-be-zero figure is an
-// invariant of the fence: the scenario fails when it is not 0.
+// figure is one measured number of a scenario. An asserted figure is an
+// invariant of the fence (= 0) or a bound the run must meet (>= 1, <= n):
+// the scenario fails when it does not hold.
 type figure struct {
 	scenario string
 	name     string
 	value    string
-	zero     bool // must be 0
+	bound    string // "" when only reported
 	ok       bool
 }
 
@@ -30,11 +31,31 @@ var figures = &figureTable{}
 // count records an integer figure; mustBeZero makes it an assertion.
 func (f *figureTable) count(t *testing.T, scenario, name string, v int64, mustBeZero bool) {
 	t.Helper()
-	row := figure{scenario: scenario, name: name, value: fmt.Sprint(v), zero: mustBeZero, ok: !mustBeZero || v == 0}
-	if !row.ok {
-		t.Errorf("%s: %s = %d, must be 0", scenario, name, v)
+	if !mustBeZero {
+		f.add(figure{scenario: scenario, name: name, value: fmt.Sprint(v), ok: true})
+		return
 	}
-	f.add(row)
+	f.bounded(t, scenario, name, v, "= 0", v == 0)
+}
+
+// atLeast records a figure that must be at least min.
+func (f *figureTable) atLeast(t *testing.T, scenario, name string, v, min int64) {
+	t.Helper()
+	f.bounded(t, scenario, name, v, fmt.Sprintf(">= %d", min), v >= min)
+}
+
+// atMost records a figure that must be at most max.
+func (f *figureTable) atMost(t *testing.T, scenario, name string, v, max int64) {
+	t.Helper()
+	f.bounded(t, scenario, name, v, fmt.Sprintf("<= %d", max), v <= max)
+}
+
+func (f *figureTable) bounded(t *testing.T, scenario, name string, v int64, bound string, ok bool) {
+	t.Helper()
+	if !ok {
+		t.Errorf("%s: %s = %d, must be %s", scenario, name, v, bound)
+	}
+	f.add(figure{scenario: scenario, name: name, value: fmt.Sprint(v), bound: bound, ok: ok})
 }
 
 // note records a measured value that is reported, not asserted.
@@ -54,20 +75,21 @@ func (f *figureTable) render(total time.Duration) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "| scenario | figure | value | must be 0 |\n|---|---|---|---|\n")
-	failed := 0
+	fmt.Fprintf(&b, "| scenario | figure | value | asserted |\n|---|---|---|---|\n")
+	asserted, failed := 0, 0
 	for _, r := range f.rows {
 		mark := ""
-		if r.zero {
-			mark = "yes, ok"
+		if r.bound != "" {
+			asserted++
+			mark = "must be " + r.bound + ", ok"
 			if !r.ok {
-				mark = "yes, VIOLATED"
+				mark = "must be " + r.bound + ", VIOLATED"
 				failed++
 			}
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.scenario, r.name, r.value, mark)
 	}
-	fmt.Fprintf(&b, "\nsoak: %d figures, %d must-be-0 violated, total %s (%s)\n", len(f.rows), failed,
+	fmt.Fprintf(&b, "\nsoak: %d figures, %d asserted, %d violated, total %s (%s)\n", len(f.rows), asserted, failed,
 		total.Round(time.Second), time.Now().UTC().Format(time.RFC3339))
 	return b.String()
 }

@@ -225,12 +225,17 @@ type apiCase struct {
 	// plausible objects must be admitted: the policies' CEL must never run
 	// out of budget on what a host could send.
 	plausible bool
+	// schema: the CRD's own schema refuses the object before admission,
+	// with 422 Invalid. Every other hostile object must be refused by a
+	// rule of the fence (its message, HTTP 422).
+	schema bool
 }
 
 // Scenario 5, part 2: the same kinds of hostile objects through the API
-// server, as the bound host. Each is refused with a rule's message (or by
-// the API server's own limits before admission), never admitted, never a
-// CEL budget error; plausible large objects are admitted.
+// server, as the bound host. Each is refused with HTTP 422 and a rule's
+// message, or, for the cases marked schema only, with 422 Invalid by the
+// CRD's schema before admission; never admitted, never a CEL budget error,
+// never another status; plausible large objects are admitted.
 func TestHostileInputThroughTheAPIServer(t *testing.T) {
 	const sc = "5 hostile input (API server)"
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -272,8 +277,8 @@ func TestHostileInputThroughTheAPIServer(t *testing.T) {
 		{name: "CNP with 10,000 egress rules", gvr: framework.CNPGVR, obj: cnp(setEgress(egressRules(10000)))},
 		{name: "CNP of 2.9 MiB (12,000 long FQDNs)", gvr: framework.CNPGVR, obj: cnp(setEgress([]any{map[string]any{"toFQDNs": fqdns(12000, 240)}}))},
 		{name: "CNP with a 240-character name", gvr: framework.CNPGVR, obj: cnp(func(u *unstructured.Unstructured) { u.SetName("namzu-sbx-" + strings.Repeat("a", 230)) })},
-		{name: "CNP with a unicode FQDN", gvr: framework.CNPGVR, obj: cnp(setEgress([]any{map[string]any{"toFQDNs": []any{map[string]any{"matchName": "b\u00fccher.example"}}}}))},
-		{name: "CNP with a unicode selector value", gvr: framework.CNPGVR, obj: cnp(func(u *unstructured.Unstructured) {
+		{name: "CNP with a unicode FQDN", gvr: framework.CNPGVR, schema: true, obj: cnp(setEgress([]any{map[string]any{"toFQDNs": []any{map[string]any{"matchName": "b\u00fccher.example"}}}}))},
+		{name: "CNP with a unicode selector value", gvr: framework.CNPGVR, schema: true, obj: cnp(func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedStringMap(u.Object, map[string]string{fence.DefaultPerSandboxLabelKey: "cl\u202eaim"}, "spec", "endpointSelector", "matchLabels")
 		})},
 		{name: "Sandbox epoch in full-width digits", gvr: framework.SandboxGVR, obj: sandbox("\uff11\uff12\uff13", nil)},
@@ -301,7 +306,7 @@ func TestHostileInputThroughTheAPIServer(t *testing.T) {
 			_ = unstructured.SetNestedSlice(u.Object, rules, "spec", "egress")
 		})},
 	}
-	var admittedHostile, budget, serverErrors, unexplained, refusedPlausible int64
+	var admittedHostile, budget, serverErrors, unexplained, refusedPlausible, wrongRefuser int64
 	for _, c := range cases {
 		body, _ := json.Marshal(c.obj.Object)
 		start := time.Now()
@@ -330,12 +335,20 @@ func TestHostileInputThroughTheAPIServer(t *testing.T) {
 			serverErrors++
 			t.Errorf("%s: server error %d: %s", c.name, v.Code, v.Message)
 		case by != "":
-			if !strings.HasPrefix(strings.TrimSpace(v.Denial), "cilium-fence:") && !strings.HasPrefix(strings.TrimSpace(v.Denial), "holder-epoch:") {
+			if c.schema {
+				wrongRefuser++
+				t.Errorf("%s: refused by %s, want the CRD's schema (422 Invalid) before admission", c.name, by)
+			}
+			if v.Code != 422 || !strings.HasPrefix(strings.TrimSpace(v.Denial), "cilium-fence:") && !strings.HasPrefix(strings.TrimSpace(v.Denial), "holder-epoch:") {
 				unexplained++
-				t.Errorf("%s: refused by %s without the rule family prefix: %s", c.name, by, v.Denial)
+				t.Errorf("%s: refused by %s with %d, want 422 with the rule family prefix: %s", c.name, by, v.Code, v.Denial)
 			}
 		default:
 			by = fmt.Sprintf("the API server (%d %s)", v.Code, apiReason(err))
+			if !c.schema || v.Code != 422 || apiReason(err) != metav1.StatusReasonInvalid {
+				wrongRefuser++
+				t.Errorf("%s: refused by %s; only the schema cases may be refused by the API server, and only with 422 Invalid: %s", c.name, by, v.Message)
+			}
 		}
 		if err != nil && (strings.Contains(v.Message, "cost") || strings.Contains(v.Message, "budget")) {
 			budget++
@@ -350,7 +363,8 @@ func TestHostileInputThroughTheAPIServer(t *testing.T) {
 	figures.count(t, sc, "hostile objects admitted", admittedHostile, true)
 	figures.count(t, sc, "plausible objects refused", refusedPlausible, true)
 	figures.count(t, sc, "CEL budget errors", budget, true)
-	figures.count(t, sc, "server errors (5xx) or refusals without the rule's message", serverErrors+unexplained, true)
+	figures.count(t, sc, "server errors (5xx) or refusals without 422 and the rule's message", serverErrors+unexplained, true)
+	figures.count(t, sc, "refusals by the API server outside the schema cases, or not 422 Invalid", wrongRefuser, true)
 }
 
 func apiReason(err error) metav1.StatusReason { return apierrors.ReasonForError(err) }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -145,9 +147,27 @@ func unrelatedWriters(ctx context.Context, t *testing.T) []func(context.Context)
 
 // outcome is one write of the load.
 type outcome struct {
-	kind string // valid, invalid, unrelated
-	at   time.Time
-	err  error
+	kind  string    // valid, invalid, unrelated
+	start time.Time // sent
+	at    time.Time // answered
+	err   error
+}
+
+// during reports whether the write was in flight at some moment of w.
+func (o outcome) during(w window) bool { return o.start.Before(w.end) && o.at.After(w.start) }
+
+// window is a span of time, such as an outage of the webhook: from the stop
+// signal to the first 200 of /readyz after the restart.
+type window struct{ start, end time.Time }
+
+// inAny returns the first window o overlaps.
+func (o outcome) inAny(ws []window) (window, bool) {
+	for _, w := range ws {
+		if o.during(w) {
+			return w, true
+		}
+	}
+	return window{}, false
 }
 
 // loadRun runs writers at a steady pace until stop is closed and records
@@ -178,6 +198,7 @@ func startLoad(ctx context.Context, pace time.Duration, writers map[string][]fun
 					case <-tick.C:
 					}
 					wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+					sent := time.Now()
 					err := f(wctx)
 					cancel()
 					now := time.Now()
@@ -185,7 +206,7 @@ func startLoad(ctx context.Context, pace time.Duration, writers map[string][]fun
 						l.lastOK.Store(now.UnixNano())
 					}
 					l.mu.Lock()
-					l.outcomes = append(l.outcomes, outcome{kind: kind, at: now, err: err})
+					l.outcomes = append(l.outcomes, outcome{kind: kind, start: sent, at: now, err: err})
 					l.mu.Unlock()
 				}
 			}()
@@ -197,6 +218,13 @@ func startLoad(ctx context.Context, pace time.Duration, writers map[string][]fun
 func (l *loadRun) finish() []outcome {
 	close(l.stop)
 	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]outcome(nil), l.outcomes...)
+}
+
+// snapshot returns the outcomes so far, the load still running.
+func (l *loadRun) snapshot() []outcome {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]outcome(nil), l.outcomes...)
@@ -223,6 +251,52 @@ func webhookRefusal(err error) bool {
 // webhook (failurePolicy Fail): connection refused, TLS, timeout.
 func callFailed(err error) bool {
 	return strings.Contains(err.Error(), `failed calling webhook "`+webhookName+`"`)
+}
+
+// vapConfigErrorRE is a policy the API server could not configure (its
+// paramKind not resolvable yet): it refuses before the policy's own rules
+// and before any webhook is asked.
+var vapConfigErrorRE = regexp.MustCompile(`ValidatingAdmissionPolicy '([^']+)' denied request: failed to configure policy`)
+
+// enforcer names what refused a write: the webhook's verdict, the API
+// server failing to call the webhook, a policy's rule or its configuration
+// error, or the API server itself (with its status code and reason).
+func enforcer(err error) string {
+	if err == nil {
+		return "admitted"
+	}
+	v := framework.VerdictOf(err)
+	switch {
+	case webhookRefusal(err):
+		return "webhook (" + fmt.Sprint(v.Code) + ")"
+	case callFailed(err):
+		return "webhook call failed (" + fmt.Sprint(v.Code) + ")"
+	case v.By != "":
+		return "VAP " + v.By + " (" + fmt.Sprint(v.Code) + ")"
+	}
+	if m := vapConfigErrorRE.FindStringSubmatch(v.Message); m != nil {
+		return "VAP " + m[1] + " configuration error (" + fmt.Sprint(v.Code) + ")"
+	}
+	return fmt.Sprintf("API server (%d %s)", v.Code, apierrors.ReasonForError(err))
+}
+
+// tally counts outcomes per key in a stable order for the figure table.
+type tally map[string]int64
+
+func (c tally) String() string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", c[k], k)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func durations(ds []time.Duration) string {

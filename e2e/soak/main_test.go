@@ -11,7 +11,6 @@ package soak
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -49,7 +48,12 @@ func run(m *testing.M) int {
 		logf("%v", err)
 		return 2
 	}
-	local = &provider.Local{RepoRoot: root, BinDir: filepath.Join(root, "bin"), StateDir: state,
+	bin, version, err := framework.ControlPlane(root)
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	local = &provider.Local{RepoRoot: root, BinDir: bin, KubernetesVersion: version, StateDir: state,
 		RemoveState: os.Getenv(provider.EnvKeepState) == "", Logf: logf}
 	start := time.Now()
 	return framework.RunSuite(m, local, "local provider", logf, framework.SuiteHooks{

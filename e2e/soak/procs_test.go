@@ -3,18 +3,23 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
@@ -84,10 +89,11 @@ func webhookClient(ctx context.Context, t *testing.T, timeout time.Duration) *ht
 	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }
 
-// servedSerial is the serial number of the certificate the webhook presents
-// right now (not verified: a caller compares it with what it wrote).
-func servedSerial(p *cluster.Process) (string, error) {
-	conn, err := tls.Dial("tcp", strings.TrimPrefix(webhookURL(p), "https://"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the served certificate, trusts nothing
+// verifiedSerial makes a fresh TLS handshake with the webhook, verified
+// against pool (the caBundle the API server trusts) as the API server
+// verifies it, and returns the serial number of the certificate served.
+func verifiedSerial(p *cluster.Process, pool *x509.CertPool) (string, error) {
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(webhookURL(p), "https://"), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		return "", err
 	}
@@ -97,6 +103,72 @@ func servedSerial(p *cluster.Process) (string, error) {
 		return "", fmt.Errorf("no certificate served")
 	}
 	return certs[0].SerialNumber.String(), nil
+}
+
+// freshReview posts an AdmissionReview to the webhook over a new connection
+// (no keep-alive), verified against pool, and returns its response.
+func freshReview(ctx context.Context, p *cluster.Process, pool *x509.CertPool, path string, review []byte) (*admissionv1.AdmissionResponse, error) {
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, webhookURL(p)+path, bytes.NewReader(review))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Transport: tr, Timeout: webhookTimeout}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &out); err != nil || out.Response == nil {
+		return nil, fmt.Errorf("not an AdmissionReview with a response (%v): %.200s", err, body)
+	}
+	return out.Response, nil
+}
+
+// connsTo returns the local ports of pid's established TCP connections to
+// 127.0.0.1:port (from /proc/net/tcp, matched to pid's sockets by inode):
+// which connections kube-apiserver holds to the webhook right now.
+func connsTo(pid int, port string) (map[string]bool, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return nil, err
+	}
+	want, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, l := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(l)
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		if len(f) < 10 || f[3] != "01" || !inodes[f[9]] {
+			continue
+		}
+		local, remote := strings.Split(f[1], ":"), strings.Split(f[2], ":")
+		if len(local) != 2 || len(remote) != 2 {
+			continue
+		}
+		if rp, err := strconv.ParseUint(remote[1], 16, 16); err == nil && rp == want {
+			out[local[1]] = true
+		}
+	}
+	return out, nil
 }
 
 // peakRSS reads VmHWM (the resident set's high-water mark) of pid, in KiB.

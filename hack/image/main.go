@@ -1,16 +1,20 @@
 // Command image builds an OCI image without a container daemon: a static
-// binary of one Go package on an empty base, written as a docker-loadable
-// tarball (`kind load image-archive`, `ctr images import`, `docker load`).
-// It builds the webhook's image and, for the node e2e provider, the pause
-// image.
+// binary (of one Go package, or prebuilt with -bin) on an empty base,
+// optionally with a tree of files beside it (-tree), written as a
+// docker-loadable tarball (`kind load image-archive`, `ctr images import`,
+// `docker load`). It builds the webhook's image and the Kubernetes images
+// of the offline kind node image (hack/kind/node-image.sh).
 //
 //	go run ./hack/image -tag sandbox-fence/webhook:dev -out bin/webhook-image.tar
-//	go run ./hack/image -pkg ./hack/node/pause -entrypoint /pause -user 65535:65535 \
-//	    -title pause -version 3.10 -tag registry.k8s.io/pause:3.10 -out bin/pause-image.tar
+//	go run ./hack/image -pkg ./hack/kind/pause -entrypoint /pause -user 65535:65535 \
+//	    -title pause -version 3.10.2 -tag registry.k8s.io/pause:3.10.2 -out pause.tar
+//	go run ./hack/image -bin bin/kube-proxy -entrypoint /usr/local/bin/kube-proxy -user "" \
+//	    -tree STAGE -env PATH=/usr/local/bin:/usr/sbin:/usr/bin ... -out kube-proxy.tar
 //
-// The image has no shell, no libc and no /etc/passwd: the process runs as
-// the numeric user 65532:65532 (non-root), which Kubernetes' runAsNonRoot
-// can verify without a passwd file.
+// The webhook's image has no shell, no libc and no /etc/passwd: the process
+// runs as the numeric user 65532:65532 (non-root), which Kubernetes'
+// runAsNonRoot can verify without a passwd file. `-user ""` leaves the user
+// unset (root), as the upstream control-plane images do.
 package main
 
 import (
@@ -20,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,9 +43,13 @@ const source = "https://github.com/sandbox-fence/sandbox-fence"
 // spec is what the image says about its one binary.
 type spec struct {
 	Entrypoint string // absolute path of the binary in the image
-	User       string // numeric uid:gid, so runAsNonRoot can verify it without /etc/passwd
+	User       string // numeric uid:gid, so runAsNonRoot can verify it without /etc/passwd; "" is root
 	Arch       string // GOARCH of linux/<arch>
 	Labels     map[string]string
+	Env        []string // KEY=VALUE
+	// Tree is a directory whose files, links and directories go into the
+	// image under / (owned by root, modes kept), beside the binary.
+	Tree string
 }
 
 // webhook is the image the product ships: the binary at /webhook, run as the
@@ -56,14 +65,25 @@ func main() {
 	entrypoint := flag.String("entrypoint", webhook.Entrypoint, "Absolute path of the binary in the image, and the entrypoint.")
 	user := flag.String("user", webhook.User, "Numeric uid:gid the process runs as (non-root).")
 	title := flag.String("title", "sandbox-fence webhook", "org.opencontainers.image.title label.")
+	prebuilt := flag.String("bin", "", "A prebuilt static binary to pack instead of building -pkg.")
+	tree := flag.String("tree", "", "A directory whose contents also go into the image under /.")
+	var env []string
+	flag.Func("env", "KEY=VALUE in the image's environment (repeatable).", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q: want KEY=VALUE", v)
+		}
+		env = append(env, v)
+		return nil
+	})
 	flag.Parse()
-	if err := run(context.Background(), *tag, *out, *pkg, *version, *title, spec{Entrypoint: *entrypoint, User: *user, Arch: *arch}); err != nil {
+	sp := spec{Entrypoint: *entrypoint, User: *user, Arch: *arch, Env: env, Tree: *tree}
+	if err := run(context.Background(), *tag, *out, *pkg, *prebuilt, *version, *title, sp); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, tag, out, pkg, version, title string, sp spec) error {
+func run(ctx context.Context, tag, out, pkg, prebuilt, version, title string, sp spec) error {
 	ref, err := name.NewTag(tag)
 	if err != nil {
 		return fmt.Errorf("-tag %q: %w", tag, err)
@@ -78,9 +98,12 @@ func run(ctx context.Context, tag, out, pkg, version, title string, sp spec) err
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "webhook")
-	if err := buildBinary(ctx, pkg, sp.Arch, bin); err != nil {
-		return err
+	bin := prebuilt
+	if bin == "" {
+		bin = filepath.Join(tmp, "webhook")
+		if err := buildBinary(ctx, pkg, sp.Arch, bin); err != nil {
+			return err
+		}
 	}
 	b, err := os.ReadFile(bin)
 	if err != nil {
@@ -132,7 +155,7 @@ func newImage(bin []byte, sp spec) (v1.Image, error) {
 	if !strings.HasPrefix(sp.Entrypoint, "/") {
 		return nil, fmt.Errorf("-entrypoint %q: must be an absolute path", sp.Entrypoint)
 	}
-	layerTar, err := layerTar(sp.Entrypoint, bin)
+	layerTar, err := layerTar(sp.Entrypoint, bin, sp.Tree)
 	if err != nil {
 		return nil, err
 	}
@@ -158,13 +181,19 @@ func newImage(bin []byte, sp spec) (v1.Image, error) {
 		Entrypoint: []string{sp.Entrypoint},
 		WorkingDir: "/",
 		Labels:     sp.Labels,
+		Env:        sp.Env,
 	}
 	return mutate.ConfigFile(img, cf)
 }
 
-func layerTar(path string, bin []byte) ([]byte, error) {
+func layerTar(path string, bin []byte, tree string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
+	if tree != "" {
+		if err := addTree(tw, tree); err != nil {
+			return nil, err
+		}
+	}
 	if err := tw.WriteHeader(&tar.Header{
 		Name: strings.TrimPrefix(path, "/"), Typeflag: tar.TypeReg, Mode: 0o755,
 		Size: int64(len(bin)), ModTime: epoch, Uid: 0, Gid: 0, Format: tar.FormatPAX,
@@ -178,6 +207,48 @@ func layerTar(path string, bin []byte) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// addTree writes the contents of dir into tw: directories, regular files
+// and symbolic links (kept as links), owned by root, modes as on disk,
+// timestamps fixed so the digest depends only on the contents.
+func addTree(tw *tar.Writer, dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		h := &tar.Header{Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()), ModTime: epoch, Format: tar.FormatPAX}
+		var content []byte
+		switch {
+		case fi.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		case fi.Mode()&fs.ModeSymlink != 0:
+			if h.Linkname, err = os.Readlink(p); err != nil {
+				return err
+			}
+			h.Typeflag = tar.TypeSymlink
+		case fi.Mode().IsRegular():
+			if content, err = os.ReadFile(p); err != nil {
+				return err
+			}
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(content))
+		default:
+			return fmt.Errorf("%s: not a file, directory or link", p)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		_, err = tw.Write(content)
+		return err
+	})
 }
 
 func gitOr(ctx context.Context, def string, args ...string) string {

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -25,7 +27,7 @@ type file struct {
 // summary is what a runtime and Kubernetes read from the image.
 type summary struct {
 	OS, Arch, User, WorkingDir string
-	Entrypoint, Cmd            []string
+	Entrypoint, Cmd, Env       []string
 	Labels                     map[string]string
 	Files                      map[string]file
 }
@@ -70,8 +72,14 @@ func TestImageTarball(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d1, _ := img.Digest()
-	d2, _ := again.Digest()
+	d1, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := again.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d1 != d2 {
 		t.Errorf("digest not reproducible: %s != %s", d1, d2)
 	}
@@ -95,6 +103,9 @@ func files(t *testing.T, img v1.Image) map[string]file {
 		if _, err := io.Copy(&b, tr); err != nil {
 			t.Fatal(err)
 		}
+		if h.Typeflag == tar.TypeSymlink {
+			b.WriteString("-> " + h.Linkname)
+		}
 		out[h.Name] = file{Mode: h.Mode, Uid: h.Uid, Gid: h.Gid, Content: b.Bytes()}
 	}
 }
@@ -104,5 +115,44 @@ func TestImageRefusesARelativeEntrypoint(t *testing.T) {
 	sp.Entrypoint = "pause"
 	if _, err := newImage([]byte("bin"), sp); err == nil {
 		t.Fatal("newImage accepted the relative entrypoint \"pause\"; want an error")
+	}
+}
+
+// A system image (kube-proxy) needs files beside its binary, links kept as
+// links, an environment, and root as its user.
+func TestImageWithATreeAnEnvironmentAndRoot(t *testing.T) {
+	tree := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(tree, "usr", "sbin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "usr", "sbin", "xtables-nft-multi"), []byte("multi"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("xtables-nft-multi", filepath.Join(tree, "usr", "sbin", "iptables")); err != nil {
+		t.Fatal(err)
+	}
+	bin := []byte("\x7fELF kube-proxy")
+	sp := spec{Entrypoint: "/usr/local/bin/kube-proxy", Arch: "amd64", Env: []string{"PATH=/usr/local/bin:/usr/sbin"}, Tree: tree}
+	img, err := newImage(bin, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := summary{OS: cf.OS, Arch: cf.Architecture, User: cf.Config.User, WorkingDir: cf.Config.WorkingDir,
+		Entrypoint: cf.Config.Entrypoint, Env: cf.Config.Env, Files: files(t, img)}
+	want := summary{OS: "linux", Arch: "amd64", WorkingDir: "/", Entrypoint: []string{"/usr/local/bin/kube-proxy"},
+		Env: []string{"PATH=/usr/local/bin:/usr/sbin"},
+		Files: map[string]file{
+			"usr":                        {Mode: 0o755, Content: []byte{}},
+			"usr/sbin":                   {Mode: 0o755, Content: []byte{}},
+			"usr/sbin/xtables-nft-multi": {Mode: 0o755, Content: []byte("multi")},
+			"usr/sbin/iptables":          {Mode: 0o777, Content: []byte("-> xtables-nft-multi")},
+			"usr/local/bin/kube-proxy":   {Mode: 0o755, Content: bin},
+		}}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("image (-want +got):\n%s", diff)
 	}
 }

@@ -27,7 +27,8 @@ var hostRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 
 // NormalizeHost applies the host-name grammar of contract §4.2 and returns the
 // entry lowercased, keeping its leading dot (".example.com" means the domain
-// and every subdomain). NormalizeHost of its own result returns it unchanged.
+// and the names one label below it under Cilium v1.20, contract §4.6).
+// NormalizeHost of its own result returns it unchanged.
 //
 // Only ASCII letters are lowercased: JavaScript's toLowerCase would also fold
 // the Kelvin sign into "k", and a host name that only becomes valid through
@@ -40,13 +41,20 @@ func NormalizeHost(entry string) (string, error) {
 	bare, wildcard := strings.CutPrefix(h, ".")
 	switch {
 	case strings.Contains(h, "*"):
-		return "", errors.New("must not contain '*'; write .example.com for example.com and its subdomains")
+		return "", errors.New("must not contain '*'; write .example.com for example.com and the names one label below it (contract §4.6)")
 	case len(bare) > 253:
 		return "", fmt.Errorf("must be at most 253 characters without the leading dot, is %d", len(bare))
 	case !hostRE.MatchString(bare):
 		return "", errors.New("must be a DNS name of lowercase letters, digits, '-' and '.' (no scheme, port, path or trailing dot)")
 	}
 	labels := strings.Split(bare, ".")
+	for _, l := range labels {
+		// DNS carries at most 63 octets a label; the fence refuses longer
+		// ones (contract §4.2), so a host must never send one.
+		if len(l) > 63 {
+			return "", fmt.Errorf("label %q is %d characters; DNS allows at most 63", l[:8]+"...", len(l))
+		}
+	}
 	if wildcard && len(labels) < 2 {
 		return "", errors.New("a leading-dot entry needs at least two labels; .com would open a whole top-level domain")
 	}

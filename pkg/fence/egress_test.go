@@ -11,15 +11,16 @@ import (
 
 func TestNormalizeHost(t *testing.T) {
 	accepted := map[string]string{
-		"api.example.com":               "api.example.com",
-		"Registry.NPMjs.org":            "registry.npmjs.org",
-		".example.com":                  ".example.com",
-		".EXAMPLE.com":                  ".example.com",
-		"localhost":                     "localhost",
-		"a-b.c0":                        "a-b.c0",
-		"1.2.3.example":                 "1.2.3.example",
-		"x.com":                         "x.com",
-		strings.Repeat("a.", 126) + "b": strings.Repeat("a.", 126) + "b",
+		"api.example.com":                "api.example.com",
+		"Registry.NPMjs.org":             "registry.npmjs.org",
+		".example.com":                   ".example.com",
+		".EXAMPLE.com":                   ".example.com",
+		"localhost":                      "localhost",
+		"a-b.c0":                         "a-b.c0",
+		"1.2.3.example":                  "1.2.3.example",
+		"x.com":                          "x.com",
+		strings.Repeat("a.", 126) + "b":  strings.Repeat("a.", 126) + "b",
+		strings.Repeat("a", 63) + ".com": strings.Repeat("a", 63) + ".com",
 	}
 	for in, want := range accepted {
 		got, err := NormalizeHost(in)
@@ -32,6 +33,7 @@ func TestNormalizeHost(t *testing.T) {
 		"*", "10.0.0.1", "example.com.", "-a.com", "a-.com", "a..com", "a_b.com", "exa mple.com",
 		"example.com/path", "\u212Aexample.com", "ex\u00e4mple.com", "1.2.3.4", "a.123",
 		"." + strings.Repeat("a.", 126) + "bc", strings.Repeat("a.", 126) + "bc",
+		strings.Repeat("a", 64) + ".com", "." + strings.Repeat("a", 64) + ".com", "x." + strings.Repeat("b", 64),
 	}
 	for _, in := range refused {
 		if got, err := NormalizeHost(in); err == nil {

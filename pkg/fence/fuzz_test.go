@@ -1,12 +1,16 @@
 package fence
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"math/big"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
@@ -52,7 +56,10 @@ func FuzzReadHolderEpoch(f *testing.F) {
 }
 
 // FuzzPodTemplateHashJSON: never panics; accepts exactly what a strict JSON
-// parser accepts; the canonical text is a fixed point and hashes the same.
+// parser accepts; the canonical text is a fixed point and hashes the same;
+// and Node, running the committed generator as an oracle (contract §5: Go
+// and TypeScript hosts must agree), refuses the same inputs and computes the
+// same canonical text and hash for every other.
 func FuzzPodTemplateHashJSON(f *testing.F) {
 	if data, err := os.ReadFile(vectorsFile); err == nil {
 		for line := range bytes.Lines(data) {
@@ -63,12 +70,31 @@ func FuzzPodTemplateHashJSON(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"\ud800":1e400,"__proto__":{}}`))
+	node := startNodeOracle(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		canonical, err := canonicalJSON(data)
 		// encoding/json's Valid does not check UTF-8; JSON.parse gets a
 		// string and never sees invalid UTF-8, so we refuse it.
 		if valid := json.Valid(data) && utf8.Valid(data); valid != (err == nil) && len(data) < 5000 {
 			t.Fatalf("%q: json.Valid=%v but canonicalJSON error %v", data, valid, err)
+		}
+		if utf8.Valid(data) && len(data) <= maxOracleInput {
+			want := node.eval(t, string(data))
+			switch {
+			case strings.HasPrefix(want.Error, "RangeError"):
+				// Nesting deeper than V8's stack: JavaScript cannot say.
+			case want.Error != "" && err == nil:
+				t.Fatalf("%q: Node refuses it (%s), Go hashes it", data, want.Error)
+			case want.Error == "" && err != nil:
+				t.Fatalf("%q: Node hashes it, Go refuses it: %v", data, err)
+			case want.Error == "":
+				if string(canonical) != want.Canonical {
+					t.Fatalf("%q: canonical text\n go:   %q\n node: %q", data, canonical, want.Canonical)
+				}
+				if got, _ := PodTemplateHashJSON(data); got != want.Hash {
+					t.Fatalf("%q: hash %s, Node says %s", data, got, want.Hash)
+				}
+			}
 		}
 		if err != nil {
 			return
@@ -83,6 +109,74 @@ func FuzzPodTemplateHashJSON(f *testing.F) {
 			t.Fatalf("hash of %q is %s, of its canonical form %s", data, h1, h2)
 		}
 	})
+}
+
+// maxOracleInput bounds what is sent to Node: fuzz inputs are small, and a
+// pipe round trip per input must stay cheap.
+const maxOracleInput = 1 << 20
+
+// nodeOracle is the committed generator (testdata/gen_podtemplatehash_vectors.js)
+// running with --oracle: one long-lived node process per test binary (each
+// fuzz worker is one), one line out and one line back per input.
+type nodeOracle struct {
+	mu  sync.Mutex
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+type oracleAnswer struct {
+	Canonical, Hash, Error string
+}
+
+// startNodeOracle starts Node on the generator. Node is required, never
+// skipped: without it the hash has no oracle (install Debian's nodejs; .ci/run
+// does).
+func startNodeOracle(tb testing.TB) *nodeOracle {
+	tb.Helper()
+	path, err := exec.LookPath("node")
+	if err != nil {
+		tb.Fatalf("node is not on PATH: the pod-template hash is checked against Node running %s (apt-get install nodejs): %v", vectorsScript, err)
+	}
+	cmd := exec.Command(path, vectorsScript, "--oracle")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", path, err)
+	}
+	tb.Cleanup(func() {
+		_ = in.Close()
+		_ = cmd.Wait()
+	})
+	return &nodeOracle{in: in, out: bufio.NewReaderSize(out, 1<<16)}
+}
+
+func (o *nodeOracle) eval(t *testing.T, input string) oracleAnswer {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	line, err := json.Marshal(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.in.Write(append(line, '\n')); err != nil {
+		t.Fatalf("write to the node oracle: %v", err)
+	}
+	reply, err := o.out.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("read from the node oracle: %v", err)
+	}
+	var a oracleAnswer
+	if err := json.Unmarshal(reply, &a); err != nil {
+		t.Fatalf("node oracle answered %q: %v", reply, err)
+	}
+	return a
 }
 
 var (

@@ -88,7 +88,7 @@ func (d dev) demo() error {
 	if err != nil {
 		return err
 	}
-	l := &provider.Local{RepoRoot: d.root, BinDir: d.bin, StateDir: state, RemoveState: true, Logf: logf}
+	l := &provider.Local{RepoRoot: d.root, BinDir: d.bin, KubernetesVersion: d.version, StateDir: state, RemoveState: true, Logf: logf}
 	env, err := l.Setup(ctx)
 	if err != nil {
 		_ = l.Teardown(ctx, true, "")

@@ -61,7 +61,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	d := dev{root: root, dir: filepath.Join(root, ".dev"), bin: filepath.Join(root, "bin")}
+	bin, version, err := framework.ControlPlane(root)
+	if err != nil {
+		fail(err)
+	}
+	d := dev{root: root, dir: filepath.Join(root, ".dev"), bin: bin, version: version}
 	switch os.Args[1] {
 	case "up":
 		err = d.up()
@@ -85,7 +89,7 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-type dev struct{ root, dir, bin string }
+type dev struct{ root, dir, bin, version string }
 
 func (d dev) kubeconfig() string { return filepath.Join(d.dir, "kubeconfig") }
 func (d dev) pidPath() string    { return filepath.Join(d.dir, "pids.json") }
@@ -115,7 +119,7 @@ func (d dev) start(ctx context.Context, detached bool) (*provider.Local, *framew
 	if err := os.RemoveAll(d.stateDir()); err != nil {
 		return nil, nil, err
 	}
-	l := &provider.Local{RepoRoot: d.root, BinDir: d.bin, StateDir: d.stateDir(), Detached: detached, NoSignalHandler: true, Logf: logf}
+	l := &provider.Local{RepoRoot: d.root, BinDir: d.bin, KubernetesVersion: d.version, StateDir: d.stateDir(), Detached: detached, NoSignalHandler: true, Logf: logf}
 	env, err := l.Setup(ctx)
 	if l.CP != nil {
 		if werr := d.writePids(l.CP); werr != nil && err == nil {

@@ -6,8 +6,13 @@
 //
 //   node gen_podtemplatehash_vectors.js > podtemplatehash_vectors.jsonl
 //
-// TestPodTemplateHashVectorsAreCurrent re-runs it when node is on PATH, so the
-// committed file cannot drift from this generator.
+// TestPodTemplateHashVectorsAreCurrent re-runs it, so the committed file
+// cannot drift from this generator.
+//
+// With --oracle it is FuzzPodTemplateHashJSON's oracle instead: it reads one
+// JSON string per line on stdin (an input text) and answers each with one
+// line, {"canonical", "hash"} as vector() computes them, or {"error"} with
+// the exception JSON.parse (or the engine) threw.
 'use strict';
 const crypto = require('node:crypto');
 
@@ -33,6 +38,21 @@ function vector(name, input) {
   const canon = JSON.stringify(canonical(JSON.parse(input)));
   const hash = 'sha256:' + crypto.createHash('sha256').update(canon, 'utf8').digest('hex');
   return { name, input, canonical: canon, hash };
+}
+
+if (process.argv[2] === '--oracle') {
+  const lines = require('node:readline').createInterface({ input: process.stdin, crlfDelay: Infinity });
+  lines.on('line', (line) => {
+    let answer;
+    try {
+      const v = vector('oracle', JSON.parse(line));
+      answer = { canonical: v.canonical, hash: v.hash };
+    } catch (e) {
+      answer = { error: `${e.name}: ${e.message}` };
+    }
+    process.stdout.write(JSON.stringify(answer) + '\n');
+  });
+  return;
 }
 
 // mulberry32: a tiny seeded PRNG, so the output is the same on every run.

@@ -1,0 +1,222 @@
+package ciliumproof
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Outcome is what happened to one body.
+type Outcome struct {
+	Body    Body
+	Verdict Verdict
+	// ParseErr is Cilium's refusal (Parse, which runs Sanitize), if any.
+	ParseErr error
+	// Findings are the ways Cilium's reading leaves the contract (Check),
+	// when Cilium accepted the body.
+	Findings []Finding
+}
+
+// Defects are what must never happen: an admitted body Cilium refuses, an
+// admitted body Cilium reads as wider than the contract, a denial that is
+// not the fence's 422 Invalid (contract §8.1).
+func (o Outcome) Defects() []string {
+	var out []string
+	if len(o.Body.Mutations) == 0 && !o.Verdict.Allowed {
+		out = append(out, "the body pkg/fence writes is denied: "+o.Verdict.Message)
+	}
+	switch {
+	case o.Verdict.Allowed && o.ParseErr != nil:
+		out = append(out, "admitted, but Cilium refuses it: "+o.ParseErr.Error())
+	case o.Verdict.Allowed:
+		for _, f := range o.Findings {
+			out = append(out, "admitted, but Cilium reads it outside the contract: "+f.String())
+		}
+	case !strings.HasPrefix(o.Verdict.Rule, "not the fence's"):
+		if o.Verdict.Code != 422 || o.Verdict.Reason != "Invalid" {
+			out = append(out, fmt.Sprintf("a fence denial must be 422 Invalid (contract §8.1), got %d %s", o.Verdict.Code, o.Verdict.Reason))
+		}
+	}
+	return out
+}
+
+// OverStrict reports a denied body that Cilium accepts and reads as within
+// the contract: a candidate for a rule stricter than it needs to be.
+func (o Outcome) OverStrict() bool {
+	return !o.Verdict.Allowed && o.ParseErr == nil && len(o.Findings) == 0
+}
+
+// Run evaluates one body: the fence's verdict, Cilium's parse, and, when
+// Cilium accepts it, Check.
+func Run(ctx context.Context, f *Fence, b Body, rng *rand.Rand) (Outcome, error) {
+	v, err := f.Evaluate(ctx, b)
+	if err != nil {
+		return Outcome{}, err
+	}
+	o := Outcome{Body: b, Verdict: v}
+	p, err := Parse(b.Object)
+	if err != nil {
+		o.ParseErr = err
+		return o, nil
+	}
+	o.Findings = Check(p, b.Subject, rng)
+	return o, nil
+}
+
+// RunAll runs every body on all processors. Each body's name sampling draws
+// from its own source (seed, index), so the outcomes do not depend on the
+// order in which workers pick bodies up.
+func RunAll(ctx context.Context, f *Fence, bodies []Body, seed uint64) ([]Outcome, error) {
+	out := make([]Outcome, len(bodies))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, runtime.GOMAXPROCS(0))
+	for w := range errs {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(bodies) || ctx.Err() != nil {
+					return
+				}
+				o, err := Run(ctx, f, bodies[i], rand.New(rand.NewPCG(seed, uint64(i))))
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				out[i] = o
+			}
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// Tally counts outcomes.
+type Tally struct {
+	Bodies, Admitted, Denied                     int
+	AdmittedCiliumRejected, DeniedCiliumRejected int
+	// DeniedBy counts denials by rule; OverStrictBy the denials Cilium reads
+	// as within the contract, by rule, with one example each.
+	DeniedBy       map[string]int
+	OverStrictBy   map[string]int
+	OverStrictEg   map[string]Outcome
+	Defects        []Outcome
+	MutationsSeen  map[string][2]int // [admitted, denied]
+	CiliumRejectBy map[string]int
+}
+
+// NewTally returns an empty tally.
+func NewTally() *Tally {
+	return &Tally{DeniedBy: map[string]int{}, OverStrictBy: map[string]int{}, OverStrictEg: map[string]Outcome{},
+		MutationsSeen: map[string][2]int{}, CiliumRejectBy: map[string]int{}}
+}
+
+// Add counts one outcome.
+func (t *Tally) Add(o Outcome) {
+	t.Bodies++
+	if o.Verdict.Allowed {
+		t.Admitted++
+	} else {
+		t.Denied++
+		t.DeniedBy[o.Verdict.Rule]++
+	}
+	if o.ParseErr != nil {
+		if o.Verdict.Allowed {
+			t.AdmittedCiliumRejected++
+		} else {
+			t.DeniedCiliumRejected++
+		}
+		t.CiliumRejectBy[ciliumReason(o.ParseErr)]++
+	}
+	if o.OverStrict() {
+		t.OverStrictBy[o.Verdict.Rule]++
+		if _, ok := t.OverStrictEg[o.Verdict.Rule]; !ok {
+			t.OverStrictEg[o.Verdict.Rule] = o
+		}
+	}
+	if len(o.Defects()) > 0 {
+		t.Defects = append(t.Defects, o)
+	}
+	for _, m := range o.Body.Mutations {
+		c := t.MutationsSeen[m]
+		if o.Verdict.Allowed {
+			c[0]++
+		} else {
+			c[1]++
+		}
+		t.MutationsSeen[m] = c
+	}
+}
+
+// ciliumReason shortens a Parse error to its kind: quoted values dropped.
+func ciliumReason(err error) string {
+	s := err.Error()
+	for {
+		i := strings.IndexAny(s, `"`)
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(s[i+1:], '"')
+		if j < 0 {
+			break
+		}
+		s = s[:i] + "…" + s[i+1+j+1:]
+	}
+	if len(s) > 110 {
+		s = s[:110] + "…"
+	}
+	return s
+}
+
+// Markdown renders the tally as the tables RELIABILITY.md carries.
+func (t *Tally) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| bodies | admitted | denied | admitted, Cilium refuses | denied, Cilium refuses | admitted, wider than the contract | denied, Cilium reads within the contract |\n|---|---|---|---|---|---|---|\n")
+	wider := 0
+	for _, o := range t.Defects {
+		if o.Verdict.Allowed && o.ParseErr == nil {
+			wider++
+		}
+	}
+	over := 0
+	for _, n := range t.OverStrictBy {
+		over += n
+	}
+	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d |\n\n", t.Bodies, t.Admitted, t.Denied, t.AdmittedCiliumRejected, t.DeniedCiliumRejected, wider, over)
+	fmt.Fprintf(&b, "| denied by | bodies | of which Cilium reads within the contract |\n|---|---|---|\n")
+	for _, r := range sortedByCount(t.DeniedBy) {
+		fmt.Fprintf(&b, "| `%s` | %d | %d |\n", r, t.DeniedBy[r], t.OverStrictBy[r])
+	}
+	return b.String()
+}
+
+// OverStrictReport lists one example body per rule that denied bodies Cilium
+// reads as within the contract.
+func (t *Tally) OverStrictReport() string {
+	var b strings.Builder
+	for _, r := range sortedByCount(t.OverStrictBy) {
+		o := t.OverStrictEg[r]
+		js, _ := json.Marshal(o.Body.Object["spec"])
+		fmt.Fprintf(&b, "%d denied by %s, e.g. after %v: %s\n  spec: %s\n", t.OverStrictBy[r], r, o.Body.Mutations, o.Verdict.Message, js)
+	}
+	return b.String()
+}
+
+func sortedByCount(m map[string]int) []string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const module = "github.com/sandbox-fence/sandbox-fence"
+
+// ev is one go test -json line.
+func ev(action, pkg, test, output string) string {
+	b, _ := json.Marshal(map[string]string{"Action": action, "Package": module + "/" + pkg, "Test": test, "Output": output})
+	return string(b)
+}
+
+func skipped(pkg, test, msg string) []string {
+	return []string{
+		ev("run", pkg, test, ""),
+		ev("output", pkg, test, "=== RUN   "+test+"\n"),
+		ev("output", pkg, test, "    x_test.go:12: "+msg+"\n"),
+		ev("output", pkg, test, "--- SKIP: "+test+" (0.00s)\n"),
+		ev("skip", pkg, test, ""),
+	}
+}
+
+func passed(pkg, test string) []string {
+	return []string{ev("run", pkg, test, ""), ev("output", pkg, test, "=== RUN   "+test+"\n"), ev("pass", pkg, test, "")}
+}
+
+var outage = Allowed{Runs: []string{"e2e-kind"}, Package: "e2e", Test: "TestOutage", Message: "no handle on the webhook process", Reason: "in-cluster restarts are the node suite's"}
+
+func TestReportFindsEverySkipThatIsNotAllowed(t *testing.T) {
+	type verdict struct {
+		Skips    []string
+		Stale    []string
+		Problems int
+		Failed   int
+	}
+	tests := []struct {
+		name  string
+		run   string
+		lines [][]string
+		want  verdict
+	}{
+		{
+			name:  "a skip the allowlist names for this run, with its message, is allowed",
+			run:   "e2e-kind",
+			lines: [][]string{skipped("e2e", "TestOutage", "the kind provider gives the suite no handle on the webhook process")},
+			want:  verdict{Skips: []string{"e2e TestOutage allowed"}},
+		},
+		{
+			name:  "the same skip in another run is not allowed",
+			run:   "e2e",
+			lines: [][]string{skipped("e2e", "TestOutage", "the kind provider gives the suite no handle on the webhook process")},
+			want:  verdict{Skips: []string{"e2e TestOutage NOT ALLOWED"}, Problems: 1},
+		},
+		{
+			name:  "the listed test skipping for another reason is not allowed",
+			run:   "e2e-kind",
+			lines: [][]string{skipped("e2e", "TestOutage", "the webhook is not installed on this cluster")},
+			want:  verdict{Skips: []string{"e2e TestOutage NOT ALLOWED"}, Problems: 1},
+		},
+		{
+			name:  "a subtest skip is named with its parent",
+			run:   "test-unit",
+			lines: [][]string{passed("policies", "TestA"), skipped("policies", "TestA/a case", "later")},
+			want:  verdict{Skips: []string{"policies TestA/a case NOT ALLOWED"}, Problems: 1},
+		},
+		{
+			name:  "a listed test that ran and passed is a stale entry",
+			run:   "e2e-kind",
+			lines: [][]string{passed("e2e", "TestOutage")},
+			want:  verdict{Stale: []string{"e2e TestOutage"}, Problems: 1},
+		},
+		{
+			name:  "a listed test of a package that did not run is not judged",
+			run:   "e2e-kind",
+			lines: [][]string{passed("pkg/fence", "TestB")},
+			want:  verdict{},
+		},
+		{
+			name:  "a failed test is counted, skips aside",
+			run:   "test-unit",
+			lines: [][]string{{ev("run", "pkg/fence", "TestC", ""), ev("output", "pkg/fence", "TestC", "    c_test.go:3: boom\n"), ev("fail", "pkg/fence", "TestC", "")}},
+			want:  verdict{Failed: 1},
+		},
+		{
+			name:  "no events at all is a problem: go test did not run with -json",
+			run:   "test-unit",
+			lines: [][]string{{"ok  \tgithub.com/x\t0.1s"}},
+			want:  verdict{Problems: 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			r := &Report{Module: module, Run: tt.run, Allow: []Allowed{outage}, Out: &out}
+			for _, ls := range tt.lines {
+				for _, l := range ls {
+					r.Line(l)
+				}
+			}
+			problems := r.Summary("allowed-skips.yaml")
+			got := verdict{Problems: len(problems), Failed: len(r.Failed)}
+			for _, s := range r.Skips {
+				v := "NOT ALLOWED"
+				if s.Allowed != nil {
+					v = "allowed"
+				}
+				got.Skips = append(got.Skips, s.Package+" "+s.Test+" "+v)
+			}
+			for _, a := range r.Stale() {
+				got.Stale = append(got.Stale, a.Package+" "+a.Test)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s\noutput:\n%s", d, out.String())
+			}
+		})
+	}
+}
+
+func TestReportPrintsWhatGoTestPrintsAndEverySkip(t *testing.T) {
+	var out strings.Builder
+	r := &Report{Module: module, Run: "test-unit", Out: &out}
+	lines := append(passed("pkg/fence", "TestQuiet"),
+		ev("output", "pkg/fence", "TestQuiet", "    not shown: the test passed\n"),
+		ev("run", "pkg/fence", "TestLoud", ""),
+		ev("output", "pkg/fence", "TestLoud", "    loud_test.go:9: shown: the test failed\n"),
+		ev("fail", "pkg/fence", "TestLoud", ""),
+		ev("output", "pkg/fence", "", "PASS\n"),
+		ev("output", "pkg/fence", "", "e2e 10:00:00.000: setup progress outside any test\n"),
+		`go: downloading example.com/m v1.0.0`,
+	)
+	lines = append(lines, skipped("policies", "TestSkip", "why it skipped")...)
+	for _, l := range lines {
+		r.Line(l)
+	}
+	r.Summary("allowed-skips.yaml")
+	want := `    loud_test.go:9: shown: the test failed
+e2e 10:00:00.000: setup progress outside any test
+go: downloading example.com/m v1.0.0
+
+--- testreport (test-unit): 1 skipped
+SKIP policies TestSkip: why it skipped
+     NOT ALLOWED
+FAIL pkg/fence TestLoud
+testreport: policies TestSkip skipped and is not in allowed-skips.yaml for run "test-unit"
+`
+	if d := cmp.Diff(want, out.String()); d != "" {
+		t.Errorf("output (-want +got):\n%s", d)
+	}
+}
+
+func TestAllowlistEntriesNeedAReason(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.yaml")
+	for _, tc := range []struct{ name, yaml, wantErr string }{
+		{"a complete entry loads", "- {runs: [e2e], package: e2e, test: TestA, message: m, reason: r}\n", ""},
+		{"an entry without a reason is refused", "- {runs: [e2e], package: e2e, test: TestA, message: m}\n", "needs runs, package, test, message and reason"},
+		{"an entry without runs is refused", "- {package: e2e, test: TestA, message: m, reason: r}\n", "needs runs"},
+		{"a misspelt key is refused", "- {run: [e2e], package: e2e, test: TestA, message: m, reason: r}\n", "unknown field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadAllowlist(path)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("LoadAllowlist: %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// The committed allowlist loads, and every entry names a run a make target
+// uses: one passed to gotest by name, or the e2e target's e2e-<provider>
+// (the providers other than local that e2e/provider.FromEnv accepts).
+func TestTheCommittedAllowlistLoads(t *testing.T) {
+	allow, err := LoadAllowlist("allowed-skips.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2eRuns := map[string]bool{"e2e": true, "e2e-kind": true, "e2e-kubeconfig": true}
+	if !strings.Contains(string(mk), "$(call gotest,$(E2E_RUN),") {
+		e2eRuns = map[string]bool{}
+	}
+	for _, a := range allow {
+		for _, run := range a.Runs {
+			if !e2eRuns[run] && !strings.Contains(string(mk), "$(call gotest,"+run+",") {
+				t.Errorf("entry %s %s names run %q, which no make target passes to hack/testreport", a.Package, a.Test, run)
+			}
+		}
+	}
+}

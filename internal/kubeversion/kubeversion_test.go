@@ -1,0 +1,121 @@
+package kubeversion_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
+)
+
+func TestCheckRefusesOnlyReleasesBelowTheMinimum(t *testing.T) {
+	tests := []struct {
+		name       string
+		gitVersion string
+		wantErr    string
+	}{
+		{"the minimum itself is supported", "v1.33.0", ""},
+		{"the oldest tested patch release is supported", kubeversion.OldestTested, ""},
+		{"a provider's build of the minimum minor is supported", "v1.33.5-gke.1200", ""},
+		{"a later minor is supported", "v1.37.2", ""},
+		{"a release candidate of the minimum minor is supported", "v1.33.0-rc.1", ""},
+		{"the last patch of the minor below is refused", "v1.32.13", "Kubernetes v1.32.13 is older than v1.33.0, the oldest release sandbox-fence supports"},
+		{"an old major is refused", "v0.99.0", "Kubernetes v0.99.0 is older than v1.33.0"},
+		{"an unreadable version is refused", "master", `Kubernetes version "master" cannot be read`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := kubeversion.Check(tt.gitVersion)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && !strings.Contains(got, tt.wantErr) {
+				t.Errorf("Check(%q) = %q, want an error containing %q", tt.gitVersion, got, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestOldestTestedIsAPatchReleaseOfTheMinimumMinor(t *testing.T) {
+	min, oldest := version.MustParseSemantic(kubeversion.Minimum), version.MustParseSemantic(kubeversion.OldestTested)
+	if oldest.Major() != min.Major() || oldest.Minor() != min.Minor() {
+		t.Errorf("OldestTested %s is not a release of the minimum's minor %s: CI would not test the oldest supported minor", oldest, min)
+	}
+	if d := cmp.Diff("1.32", kubeversion.MinimumCompatibility().String()); d != "" {
+		t.Errorf("MinimumCompatibility (-want +got):\n%s", d)
+	}
+}
+
+// The build script reads Minimum from this package's source and refuses
+// to build an older release before building anything, with a message that
+// says why (the harness refuses to install on one: e2e/framework).
+func TestBuildScriptRefusesAReleaseBelowTheMinimum(t *testing.T) {
+	root := repoRoot(t)
+	bin := t.TempDir()
+	cmd := exec.Command(filepath.Join(root, "hack", "tools", "build.sh"))
+	cmd.Env = append(os.Environ(), "KUBERNETES_VERSION=v1.32.13", "BIN="+bin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("build.sh with v1.32.13: %v, want exit status 1\n%s", err, out.String())
+	}
+	want := "tools: KUBERNETES_VERSION=v1.32.13 is older than v1.33.0, the oldest release sandbox-fence supports (internal/kubeversion.Minimum, docs/install.md); not building it\n"
+	if d := cmp.Diff(want, out.String()); d != "" {
+		t.Errorf("build.sh output (-want +got):\n%s", d)
+	}
+	if entries, _ := os.ReadDir(bin); len(entries) != 0 {
+		t.Errorf("build.sh wrote %d entries into BIN before refusing", len(entries))
+	}
+}
+
+// What CI runs and what the docs promise follow the constants: the tools
+// module of OldestTested is committed, .ci/run runs the suite on it, and
+// README.md and docs/install.md state the minimum.
+func TestTheMinimumIsWhatCIRunsAndTheDocsSay(t *testing.T) {
+	root := repoRoot(t)
+	mod, err := os.ReadFile(filepath.Join(root, "hack", "tools", "kubernetes-versions", kubeversion.OldestTested, "go.mod"))
+	if err != nil {
+		t.Fatalf("the tools module of the oldest tested release: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^\s*(require )?k8s\.io/kubernetes ` + regexp.QuoteMeta(kubeversion.OldestTested) + `\b`).Match(mod) {
+		t.Errorf("hack/tools/kubernetes-versions/%s/go.mod does not require k8s.io/kubernetes %s", kubeversion.OldestTested, kubeversion.OldestTested)
+	}
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^make e2e-oldest$`).Match(ci) {
+		t.Errorf(".ci/run does not run `make e2e-oldest`: CI would not check the oldest supported release")
+	}
+	m := version.MustParseSemantic(kubeversion.Minimum)
+	claim := "Kubernetes " + m.String()[:strings.LastIndex(m.String(), ".")] + " or later"
+	for _, doc := range []string{"README.md", "docs/install.md"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(string(b)), " "), claim) {
+			t.Errorf("%s does not say %q", doc, claim)
+		}
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
