@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,4 +64,36 @@ func TestMalformedStoredEpochOnlyBreakGlassMayRepair(t *testing.T) {
 	if v, ok := got.GetAnnotations()[fence.AnnotationHolderEpoch]; ok {
 		t.Errorf("epoch %q still stored after break-glass removed it", v)
 	}
+}
+
+// A write that leaves a backend annotation unchanged is always admitted
+// (contract §3.6 rule 7), even when the value is over the 16384-character
+// limit (which only a value from before the fence can be): before the fix
+// such a Sandbox refused every write, the operator's and the host's
+// unfenced ones included, and the controller could not remove its
+// finalizer.
+func TestUnchangedOverLongAnnotationDoesNotBlockWrites(t *testing.T) {
+	requirePolicy(t, framework.PolicyHolderEpoch)
+	ctx := testContext(t)
+	ns := env.HostNamespace
+	n := name("overlong")
+	err := env.WithoutHolderEpochBinding(ctx, func() error {
+		_, err := create(t, env.Admin, framework.SandboxGVR, framework.MakeSandbox(ns, n).
+			Annotation(fence.AnnotationHolderEpoch, "1").
+			Annotation(fence.AnnotationPodTemplateHash, strings.Repeat("h", 20000)).
+			Finalizer("example.com/hold").Obj())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.ExpectAdmitted(t, "the operator labels the Sandbox",
+		patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`)))
+	framework.ExpectAdmitted(t, "the host's unfenced suspend",
+		patch(t, env.Host, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"spec":{"operatingMode":"Suspended"}}`)))
+	framework.ExpectDenied(t, "the host rewrites the hash with another over-long value",
+		patch(t, env.Host, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, fence.AnnotationPodTemplateHash, strings.Repeat("h", 20001)))),
+		framework.PolicyHolderEpoch, "over the 16384-character limit")
+	framework.ExpectAdmitted(t, "the finalizer's owner removes it",
+		patch(t, env.Admin, framework.SandboxGVR, ns, n, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`)))
 }

@@ -207,3 +207,39 @@ func TestGarbageCollectionDeletesThePolicyWithItsOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Each item of a delete-collection is admitted on its own, with no request
+// name: the refusal of an item must still start with cilium-fence: and name
+// it (contract §8.1). Before the fix every item failed with "no such key:
+// name", the host's own policies included. The host's Role (contract §6)
+// has no deletecollection; a host granted it meets the same rules.
+func TestHostDeleteCollectionIsJudgedItemByItem(t *testing.T) {
+	requirePolicy(t, framework.PolicyCiliumEgress)
+	ctx := testContext(t)
+	ns := env.HostNamespace
+	grantDeleteCollection(t, "policies", []rbacv1.PolicyRule{
+		{APIGroups: []string{"cilium.io"}, Resources: []string{"ciliumnetworkpolicies"}, Verbs: []string{"deletecollection"}},
+	})
+	set := name("set")
+	baseline := operatorPolicy(ns)
+	baseline.SetLabels(map[string]string{"e2e-set": set})
+	mustCreate(t, env.Operator, framework.CNPGVR, baseline)
+	_, own := ownedPolicy(t, fence.OwnerKindSandboxClaim)
+	if err := patch(t, env.Admin, framework.CNPGVR, ns, own.GetName(), types.MergePatchType, []byte(`{"metadata":{"labels":{"e2e-own":"`+set+`"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	policies := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(ns)
+
+	err := policies.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "e2e-set=" + set})
+	framework.ExpectDenied(t, "delete-collection reaching the operator's policy", err, framework.PolicyCiliumEgress,
+		`cilium-fence: metadata.name: "`+baseline.GetName()+`" does not start with namzu-sbx-`)
+	if _, err := env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(ns).Get(ctx, baseline.GetName(), metav1.GetOptions{}); err != nil {
+		t.Errorf("the operator's policy after the refused delete-collection: %v", err)
+	}
+
+	framework.ExpectAdmitted(t, "delete-collection of the host's own policy",
+		policies.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "e2e-own=" + set}))
+	if _, err := env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(ns).Get(ctx, own.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the host's own policy after its delete-collection: %v, want gone", err)
+	}
+}

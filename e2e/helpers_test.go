@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -109,6 +111,100 @@ func requirePolicy(t *testing.T, policy string) {
 	t.Helper()
 	if !env.Policies[policy] {
 		t.Skipf("ValidatingAdmissionPolicy %s is not installed on this cluster (see the setup log): case not run", policy)
+	}
+}
+
+// ownedPolicy creates, as the host, an owner of kind (a claim or a
+// pool-less Sandbox) carrying the object label selector=<its name>, and the
+// owner's per-sandbox policy; it returns both as stored.
+func ownedPolicy(t *testing.T, kind string) (owner, policy *unstructured.Unstructured) {
+	t.Helper()
+	ns, n := env.HostNamespace, name("owner")
+	key := fence.DefaultPerSandboxLabelKey
+	switch kind {
+	case fence.OwnerKindSandboxClaim:
+		owner = mustCreate(t, env.Host, framework.ClaimGVR, framework.MakeClaim(ns, n).PodLabel(key, n).Label("e2e-owner", n).Obj())
+	default:
+		owner = mustCreate(t, env.Host, framework.SandboxGVR, framework.MakeSandbox(ns, n).PodLabel(key, n).Label("e2e-owner", n).Obj())
+	}
+	cnp, err := env.PerSandboxPolicy(kind, owner.GetName(), string(owner.GetUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return owner, mustCreate(t, env.Host, framework.CNPGVR, cnp)
+}
+
+func ownerGVR(kind string) schema.GroupVersionResource {
+	if kind == fence.OwnerKindSandboxClaim {
+		return framework.ClaimGVR
+	}
+	return framework.SandboxGVR
+}
+
+// expectOwned fails unless policy still exists and still names owner's uid.
+func expectOwned(t *testing.T, policy, owner *unstructured.Unstructured) {
+	t.Helper()
+	got, err := env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(policy.GetNamespace()).Get(testContext(t), policy.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("policy %s after a refused delete: %v", policy.GetName(), err)
+	}
+	refs := got.GetOwnerReferences()
+	if len(refs) != 1 || refs[0].UID != owner.GetUID() {
+		t.Fatalf("policy %s after a refused delete has owners %v, want exactly %s (uid %s)", policy.GetName(), refs, owner.GetName(), owner.GetUID())
+	}
+}
+
+// expectCollected waits until the garbage collector deleted policy, and
+// fails if it is ever seen without an owner on the way (orphaned).
+func expectCollected(t *testing.T, policy *unstructured.Unstructured) {
+	t.Helper()
+	err := framework.Eventually(testContext(t), 2*time.Minute, 100*time.Millisecond, "policy "+policy.GetName()+" garbage-collected", func(ctx context.Context) (bool, string, error) {
+		got, err := env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(policy.GetNamespace()).Get(ctx, policy.GetName(), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, "", nil
+		case err != nil:
+			return false, "", err
+		case len(got.GetOwnerReferences()) == 0:
+			return false, "", fmt.Errorf("policy %s was orphaned: it lives on without an owner", policy.GetName())
+		}
+		return false, "still present, owned by " + got.GetOwnerReferences()[0].Name, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// grantDeleteCollection gives the host, for this test only, extra rules in
+// its namespace beyond contract §6, as a copy-pasted Role might, and waits
+// until RBAC allows them.
+func grantDeleteCollection(t *testing.T, what string, rules []rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := testContext(t)
+	ns := env.HostNamespace
+	kc := env.Admin.Kube
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name("deletecollection-" + what), Namespace: ns}, Rules: rules}
+	if _, err := kc.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: framework.HostServiceAccount, Namespace: ns}},
+	}
+	if _, err := kc.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kc.RbacV1().RoleBindings(ns).Delete(context.Background(), rb.Name, metav1.DeleteOptions{})
+		_ = kc.RbacV1().Roles(ns).Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
+	for _, r := range rules {
+		for _, res := range r.Resources {
+			if err := env.WaitAllowed(ctx, env.Host, authzv1.ResourceAttributes{Namespace: ns, Verb: "deletecollection", Group: r.APIGroups[0], Resource: res}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 

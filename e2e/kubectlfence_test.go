@@ -117,6 +117,11 @@ func TestKubectlFenceAuditFindsEachSeededViolation(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A Sandbox holding the orphan finalizer, which the cilium-owner policy
+	// refuses from every ServiceAccount outside kube-system (contract §4.5),
+	// written by the admin.
+	orphaning := mustCreate(t, env.Admin, framework.SandboxGVR, framework.MakeSandbox(ns, name("audit-orphaning")).Finalizer("orphan").Obj())
+
 	// A per-sandbox policy of a labelled owner that the egress policy
 	// refuses (a toEntities rule), written by the admin.
 	shapeOwner := labelledClaim(t, ns, name("audit-shape"))
@@ -164,6 +169,7 @@ func TestKubectlFenceAuditFindsEachSeededViolation(t *testing.T) {
 		fmt.Sprintf("Namespace /%s %s", plain, fencectl.CheckNamespaceNotOptedIn),
 		fmt.Sprintf("Sandbox %s/%s %s", ns, malformed.GetName(), fencectl.CheckMalformedAnnotation),
 		fmt.Sprintf("Sandbox %s/%s %s", ns, oversized.GetName(), fencectl.CheckOversizedAnnotation),
+		fmt.Sprintf("Sandbox %s/%s %s", ns, orphaning.GetName(), fencectl.CheckOrphanFinalizer),
 	}
 	sort.Strings(want)
 	if code != 1 {
@@ -406,7 +412,8 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 			remove func() (restore func() error, err error)
 		}{
 			name: "the webhook's endpoint",
-			want: []string{"Webhook cilium-egress.fence.sandbox.namzu.ai endpoints"},
+			// Both entries of the configuration call the one process.
+			want: []string{"Webhook cilium-egress.fence.sandbox.namzu.ai endpoints", "Webhook cilium-egress-delete.fence.sandbox.namzu.ai endpoints"},
 			remove: func() (func() error, error) {
 				return func() error { return env.WebhookProcess.Start(ctx) }, env.WebhookProcess.Stop(ctx)
 			},

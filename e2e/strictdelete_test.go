@@ -4,37 +4,31 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"net/url"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// strictDeleteWebhook is the entry the strict-delete component adds.
-const strictDeleteWebhook = "sandbox-delete.fence.sandbox.namzu.ai"
-
-// Strict delete (contract §8.4) switched on as an admin does it — the
-// strict-delete component's webhook entry and FenceConfig
-// spec.strictDelete — then off again: once a holder fenced a workspace, a
-// bound host may delete it only with the fenced DELETE of contract §3.4, so a
-// stale holder's unconditional DELETE cannot destroy it under the new
-// holder's feet.
+// Strict delete (contract §8.4) switched on as an admin does it — the binding
+// of config/vap/components/strict-delete and FenceConfig spec.strictDelete —
+// then off again: once a holder fenced a workspace, a bound host may delete
+// it only with the fenced DELETE of contract §3.4, so a stale holder's
+// unconditional DELETE cannot destroy it under the new holder's feet; and
+// since deleting a claim deletes its Sandbox, a claim DELETE must carry
+// preconditions too. It is a ValidatingAdmissionPolicy: no Sandbox or claim
+// request reaches the webhook.
 func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
 	requireShipped(t)
-	requireWebhook(t)
 	ctx := testContext(t)
 	enableStrictDelete(t)
 	unconditional := func(id *framework.Identity, ns, n string) error {
@@ -51,8 +45,8 @@ func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
 	t.Run("the host's DELETE without preconditions of a Sandbox at epoch 5 is refused", func(t *testing.T) {
 		sbx := sandboxWithEpoch(t, "5")
 		err := unconditional(env.Host, sbx.GetNamespace(), sbx.GetName())
-		framework.ExpectDenied(t, "unconditional delete at epoch 5", err, strictDeleteWebhook,
-			"holder-epoch:", "preconditions.resourceVersion", "the stored holder epoch is 5")
+		framework.ExpectDenied(t, "unconditional delete at epoch 5", err, framework.PolicyStrictDelete,
+			"holder-epoch:", "preconditions.resourceVersion", "the stored holder epoch of Sandbox \""+sbx.GetName()+"\" is 5")
 		if got := epochOf(t, sbx.GetNamespace(), sbx.GetName()); got != "5" {
 			t.Errorf("stored epoch %q after a refused delete, want the Sandbox untouched at 5", got)
 		}
@@ -78,13 +72,56 @@ func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
 		sbx := mustCreate(t, env.OtherHost, framework.SandboxGVR,
 			framework.MakeSandbox(env.OtherHostNamespace, name("other")).Annotation(fence.AnnotationHolderEpoch, "5").Obj())
 		err := unconditional(env.OtherHost, sbx.GetNamespace(), sbx.GetName())
-		framework.ExpectDenied(t, "other host's unconditional delete at epoch 5", err, strictDeleteWebhook, "holder-epoch:")
+		framework.ExpectDenied(t, "other host's unconditional delete at epoch 5", err, framework.PolicyStrictDelete, "holder-epoch:")
 	})
 	t.Run("the operator's DELETE without preconditions of a Sandbox at epoch 5 is admitted", func(t *testing.T) {
 		sbx := sandboxWithEpoch(t, "5")
 		framework.ExpectAdmitted(t, "operator's unconditional delete at epoch 5", unconditional(env.Operator, sbx.GetNamespace(), sbx.GetName()))
 		expectGone(t, sbx.GetNamespace(), sbx.GetName())
 	})
+	t.Run("the host's DELETE without preconditions of its claim is refused", func(t *testing.T) {
+		claim := hostClaim(t)
+		err := env.Host.Dynamic.Resource(framework.ClaimGVR).Namespace(claim.GetNamespace()).Delete(ctx, claim.GetName(), metav1.DeleteOptions{})
+		framework.ExpectDenied(t, "unconditional claim delete", err, framework.PolicyStrictDelete,
+			"holder-epoch:", "preconditions.resourceVersion", `SandboxClaim "`+claim.GetName()+`" is deleted with its Sandbox`)
+	})
+	t.Run("the host's claim DELETE from pkg/fence, after checking its Sandbox's epoch, is admitted", func(t *testing.T) {
+		claim, sbx := claimWithSandbox(t, "4")
+		if err := hostClient(t).DeleteClaim(ctx, claim.GetNamespace(), claim.GetName(), ptr(uint64(4))); err != nil {
+			t.Fatalf("fenced claim delete at epoch 4: %v", err)
+		}
+		if _, err := env.Admin.Dynamic.Resource(framework.ClaimGVR).Namespace(claim.GetNamespace()).Get(ctx, claim.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("claim %s still there after an admitted delete (get: %v)", claim.GetName(), err)
+		}
+		if _, err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(sbx.GetNamespace()).Get(ctx, sbx.GetName(), metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	})
+	t.Run("pkg/fence refuses the claim DELETE of a stale holder, sending nothing", func(t *testing.T) {
+		claim, _ := claimWithSandbox(t, "6")
+		err := hostClient(t).DeleteClaim(ctx, claim.GetNamespace(), claim.GetName(), ptr(uint64(4)))
+		if !errors.Is(err, fence.ErrStaleEpoch) {
+			t.Fatalf("stale claim delete: %v, want ErrStaleEpoch", err)
+		}
+		get(t, framework.ClaimGVR, claim.GetNamespace(), claim.GetName())
+	})
+	t.Run("the operator's DELETE without preconditions of a claim is admitted", func(t *testing.T) {
+		claim := hostClaim(t)
+		framework.ExpectAdmitted(t, "operator's unconditional claim delete",
+			env.Operator.Dynamic.Resource(framework.ClaimGVR).Namespace(claim.GetNamespace()).Delete(ctx, claim.GetName(), metav1.DeleteOptions{}))
+	})
+}
+
+// claimWithSandbox creates, as the host, a claim and a Sandbox at epoch
+// that the claim owns, as the claim controller's adopted one is.
+func claimWithSandbox(t *testing.T, epoch string) (claim, sbx *unstructured.Unstructured) {
+	t.Helper()
+	ns := env.HostNamespace
+	claim = hostClaim(t)
+	s := framework.MakeSandbox(ns, name("claimed")).Annotation(fence.AnnotationHolderEpoch, epoch).Obj()
+	s.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: claim.GetAPIVersion(), Kind: claim.GetKind(), Name: claim.GetName(), UID: claim.GetUID()}})
+	sbx = mustCreate(t, env.Host, framework.SandboxGVR, s)
+	return claim, sbx
 }
 
 // enableStrictDelete turns strict delete on for the test and restores the
@@ -110,7 +147,7 @@ func enableStrictDelete(t *testing.T) {
 		}
 	})
 
-	addStrictDeleteWebhook(t)
+	addStrictDeleteBinding(t)
 
 	configs := env.Admin.Dynamic.Resource(framework.FenceConfigGVR)
 	cfg, err := configs.Get(ctx, fencev1.DefaultConfigName, metav1.GetOptions{})
@@ -135,23 +172,21 @@ func enableStrictDelete(t *testing.T) {
 		t.Fatalf("set FenceConfig spec.strictDelete: %v", err)
 	}
 
-	// The API server's webhook configuration and the webhook's FenceConfig
-	// cache both update asynchronously: wait on the refusal itself.
+	// The API server's policy and param caches update asynchronously: wait
+	// on the refusal itself.
 	err = framework.Eventually(ctx, time.Minute, 100*time.Millisecond, "strict delete enforced", func(ctx context.Context) (bool, string, error) {
 		v := dryRunDelete(ctx)
-		return v.DeniedBy(strictDeleteWebhook, "holder-epoch:") == nil, v.String(), nil
+		return v.DeniedBy(framework.PolicyStrictDelete, "holder-epoch:") == nil, v.String(), nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// addStrictDeleteWebhook adds the strict-delete component's webhook entry,
-// rendered from config/webhook/components/strict-delete on its base as an
-// admin would apply it, to the live configuration. Its clientConfig reaches
-// the same webhook server as the installed entries (a local URL, or the
-// in-cluster Service) with the path the component ships.
-func addStrictDeleteWebhook(t *testing.T) {
+// addStrictDeleteBinding applies what config/vap/components/strict-delete adds
+// to the installed bundle (rendered on its base, as an admin would apply
+// it): the binding of the strict-delete policy; it removes it at the end.
+func addStrictDeleteBinding(t *testing.T) {
 	t.Helper()
 	ctx := testContext(t)
 	root, err := framework.RepoRoot()
@@ -163,93 +198,26 @@ func addStrictDeleteWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs, err := framework.Kustomize(ctx, kubectl,
-		componentOnBase(t, root, filepath.Join(root, "config", "webhook", "components", "strict-delete")))
+		componentOnBase(t, root, filepath.Join(root, "config", "vap", "components", "strict-delete")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hook, err := renderedWebhook(objs, strictDeleteWebhook)
-	if err != nil {
-		t.Fatal(err)
+	var binding *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ValidatingAdmissionPolicyBinding" && o.GetName() == framework.PolicyStrictDelete+"-binding" {
+			binding = o
+		}
 	}
-	if hook.ClientConfig.Service == nil || hook.ClientConfig.Service.Path == nil {
-		t.Fatalf("component webhook %s has no service path", strictDeleteWebhook)
+	if binding == nil {
+		t.Fatalf("config/vap/components/strict-delete renders no binding %s-binding", framework.PolicyStrictDelete)
 	}
-	path := *hook.ClientConfig.Service.Path
-
-	vwcs := env.Admin.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		live, err := vwcs.Get(ctx, framework.WebhookConfigName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		var base *admissionv1.WebhookClientConfig
-		for _, w := range live.Webhooks {
-			if w.Name == strictDeleteWebhook {
-				return fmt.Errorf("%s already has %s: the suite expects the default install", framework.WebhookConfigName, strictDeleteWebhook)
-			}
-			if w.Name == ciliumWebhook {
-				base = w.ClientConfig.DeepCopy()
-			}
-		}
-		if base == nil {
-			return fmt.Errorf("%s has no %s entry to take the server's address from", framework.WebhookConfigName, ciliumWebhook)
-		}
-		switch {
-		case base.URL != nil:
-			u, err := url.Parse(*base.URL)
-			if err != nil {
-				return err
-			}
-			u.Path = path
-			base.URL = ptr(u.String())
-		case base.Service != nil:
-			base.Service.Path = ptr(path)
-		}
-		hook.ClientConfig = *base
-		live.Webhooks = append(live.Webhooks, *hook)
-		_, err = vwcs.Update(ctx, live, metav1.UpdateOptions{FieldManager: framework.FieldManager})
-		return err
-	})
-	if err != nil {
-		t.Fatalf("add %s to %s: %v", strictDeleteWebhook, framework.WebhookConfigName, err)
+	bindings := env.Admin.Dynamic.Resource(framework.VAPBindingGVR)
+	if _, err := bindings.Create(ctx, binding, metav1.CreateOptions{FieldManager: framework.FieldManager}); err != nil {
+		t.Fatalf("bind %s: %v", framework.PolicyStrictDelete, err)
 	}
 	t.Cleanup(func() {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			live, err := vwcs.Get(context.Background(), framework.WebhookConfigName, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			kept := live.Webhooks[:0]
-			for _, w := range live.Webhooks {
-				if w.Name != strictDeleteWebhook {
-					kept = append(kept, w)
-				}
-			}
-			live.Webhooks = kept
-			_, err = vwcs.Update(context.Background(), live, metav1.UpdateOptions{FieldManager: framework.FieldManager})
-			return err
-		})
-		if err != nil {
-			t.Errorf("remove %s from %s: %v", strictDeleteWebhook, framework.WebhookConfigName, err)
+		if err := bindings.Delete(context.Background(), binding.GetName(), metav1.DeleteOptions{}); err != nil {
+			t.Errorf("unbind %s: %v", framework.PolicyStrictDelete, err)
 		}
 	})
-}
-
-// renderedWebhook finds the named webhook in a rendered bundle.
-func renderedWebhook(objs []*unstructured.Unstructured, name string) (*admissionv1.ValidatingWebhook, error) {
-	for _, o := range objs {
-		if o.GetKind() != "ValidatingWebhookConfiguration" {
-			continue
-		}
-		var vwc admissionv1.ValidatingWebhookConfiguration
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &vwc); err != nil {
-			return nil, err
-		}
-		for i := range vwc.Webhooks {
-			if vwc.Webhooks[i].Name == name {
-				return &vwc.Webhooks[i], nil
-			}
-		}
-	}
-	return nil, fmt.Errorf("no webhook %s in the rendered component", name)
 }

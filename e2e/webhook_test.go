@@ -3,14 +3,22 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/rest"
 
+	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -32,12 +40,10 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 		// policy returns owner kind, name and uid for the policy.
 		policy func(t *testing.T) (kind, name, uid string)
 		// want is "" for admitted, else a substring of the webhook's denial.
+		// No case retries: a host writes the policy right after creating its
+		// owner, and an owner's deletion must count at once, so neither may
+		// depend on the webhook's cache having caught up.
 		want string
-		// eventually allows the webhook's owner cache to catch up with a
-		// change the test itself just made (a deletion), by retrying the
-		// write. Admitted cases never retry: a host writes the policy right
-		// after creating its owner, so a lagging cache must not refuse it.
-		eventually bool
 	}{
 		{
 			name: "a claim that carries the label on its pods is admitted",
@@ -88,7 +94,10 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 			want: "cilium-fence:",
 		},
 		{
-			name: "a terminating claim is refused",
+			// The owner's deletion starts right before the write, so the
+			// webhook's cache has usually not seen it yet: the owner is read
+			// live before a write is admitted (contract §4.4 item 1).
+			name: "a terminating claim is refused at once",
 			policy: func(t *testing.T) (string, string, string) {
 				c := labelled(t)
 				claims := env.Admin.Dynamic.Resource(framework.ClaimGVR).Namespace(ns)
@@ -105,8 +114,7 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 				}
 				return fence.OwnerKindSandboxClaim, c.GetName(), string(c.GetUID())
 			},
-			want:       "being deleted",
-			eventually: true,
+			want: "being deleted",
 		},
 	}
 	for _, tc := range tests {
@@ -117,22 +125,6 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = create(t, env.Host, framework.CNPGVR, cnp)
-			if tc.eventually {
-				policies := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(ns)
-				werr := framework.Eventually(testContext(t), 30*time.Second, 200*time.Millisecond, "webhook sees the change", func(ctx context.Context) (bool, string, error) {
-					if framework.VerdictOf(err).DeniedBy(webhookSuffix, tc.want) == nil {
-						return true, "", nil
-					}
-					if err == nil {
-						_ = env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(ns).Delete(ctx, cnp.GetName(), metav1.DeleteOptions{})
-					}
-					_, err = policies.Create(ctx, cnp, metav1.CreateOptions{})
-					return false, framework.VerdictOf(err).String(), nil
-				})
-				if werr != nil {
-					t.Fatal(werr)
-				}
-			}
 			if tc.want == "" {
 				framework.ExpectAdmitted(t, tc.name, err)
 				return
@@ -140,4 +132,114 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 			framework.ExpectDenied(t, tc.name, err, webhookSuffix, "cilium-fence:", tc.want)
 		})
 	}
+}
+
+// With spec.uniqueOwnerLabel set, no other claim or Sandbox in the namespace
+// may carry the owner's label value (contract §4.4 item 3). A claim's one
+// adopted Sandbox inherits its label and is the same sandbox; a second
+// Sandbox owned by the same claim is not, however it got its owner
+// reference. Before the fix every object owned by the claim was skipped,
+// so the host's two Sandboxes shared one egress allowance.
+func TestUniqueOwnerLabelCountsASecondSandboxOfTheSameClaim(t *testing.T) {
+	requireWebhook(t)
+	ctx := testContext(t)
+	ns := env.HostNamespace
+	key := fence.DefaultPerSandboxLabelKey
+	setUniqueOwnerLabel(t)
+	claim := hostClaim(t)
+	ownedByClaim := func(n string) *unstructured.Unstructured {
+		s := framework.MakeSandbox(ns, n).PodLabel(key, claim.GetName()).Obj()
+		s.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: claim.GetAPIVersion(), Kind: claim.GetKind(), Name: claim.GetName(), UID: claim.GetUID()}})
+		return mustCreate(t, env.Host, framework.SandboxGVR, s)
+	}
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(ns)
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+
+	first, second := ownedByClaim(name("adopted")), ownedByClaim(name("second"))
+	// The uniqueness check reads the webhook's cache: poll until it has both.
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "two Sandboxes of the claim refused", func(ctx context.Context) (bool, string, error) {
+		_, err := policies.Create(ctx, cnp, dryRun)
+		v := framework.VerdictOf(err)
+		return v.DeniedBy(webhookSuffix, "cilium-fence:", "Sandbox/"+first.GetName(), "Sandbox/"+second.GetName()) == nil, v.String(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With the second one gone, the claim's one Sandbox is the same sandbox.
+	if err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(ns).Delete(ctx, second.GetName(), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "the claim's one Sandbox admitted", func(ctx context.Context) (bool, string, error) {
+		_, err := policies.Create(ctx, cnp, dryRun)
+		return err == nil, framework.VerdictOf(err).String(), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setUniqueOwnerLabel sets FenceConfig spec.uniqueOwnerLabel for the test
+// and restores the default install when it ends.
+func setUniqueOwnerLabel(t *testing.T) {
+	t.Helper()
+	configs := env.Admin.Dynamic.Resource(framework.FenceConfigGVR)
+	if _, err := configs.Patch(testContext(t), fencev1.DefaultConfigName, types.MergePatchType, []byte(`{"spec":{"uniqueOwnerLabel":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := configs.Patch(context.Background(), fencev1.DefaultConfigName, types.MergePatchType, []byte(`{"spec":{"uniqueOwnerLabel":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("restore FenceConfig spec.uniqueOwnerLabel: %v", err)
+		}
+	})
+}
+
+// kubectl prints only the causes of a 422 that carries them (The <kind>
+// "<name>" is invalid: <field>: <cause>) and drops the message: each cause
+// must say which rule family refused the write, and that it was a denial
+// (contract §8.1). Checked through the kubectl this suite builds, as the
+// host. Before the fix the output named neither.
+func TestKubectlShowsTheRuleFamilyOfAWebhookDenial(t *testing.T) {
+	requireWebhook(t)
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, name("ghost"), string(uuid.NewUUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := cnp.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kubectlAs(t, env.Host, body, "create", "-f", "-")
+	if err == nil {
+		t.Fatalf("kubectl create of a policy for an invented owner succeeded:\n%s", out)
+	}
+	for _, want := range []string{
+		`The CiliumNetworkPolicy "` + cnp.GetName() + `" is invalid`,
+		"metadata.ownerReferences[0].name: cilium-fence: denied by the sandbox-fence webhook: Not found",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// kubectlAs runs the suite's kubectl as id with stdin, and returns its
+// combined output.
+func kubectlAs(t *testing.T, id *framework.Identity, stdin []byte, args ...string) (string, error) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cluster.WriteKubeconfig(kubeconfig, map[string]*rest.Config{id.Name: id.Config}, id.Name); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(testContext(t), filepath.Join(root, "bin", "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -54,6 +54,7 @@ func TestCELCost(t *testing.T) {
 	}
 	schemas, err := vapeval.NewCRDSchemas(loadCRDs(t,
 		"../config/crd/testdata/agents.x-k8s.io_sandboxes.yaml",
+		"../config/crd/testdata/extensions.agents.x-k8s.io_sandboxclaims.yaml",
 		"../config/crd/testdata/cilium.io_ciliumnetworkpolicies.yaml",
 		"../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml")...)
 	if err != nil {
@@ -271,6 +272,8 @@ func adversarialInputs(t *testing.T) []costInput {
 		{"megabyte epoch", map[string]string{epochKey: "1"}, map[string]string{epochKey: big}},
 		{"megabyte stored epoch", map[string]string{epochKey: big}, map[string]string{epochKey: "1"}},
 		{"megabyte stored and new epochs", map[string]string{epochKey: big}, map[string]string{epochKey: big + "0"}},
+		{"megabyte epoch and hash carried unchanged", map[string]string{epochKey: big, hashKey: big}, map[string]string{epochKey: big, hashKey: big}},
+		{"megabyte hash rewritten at the same length", map[string]string{hashKey: big}, map[string]string{hashKey: big[1:] + "8"}},
 		{"megabyte changed-at and hash", nil, map[string]string{changedAtKey: big, hashKey: big}},
 		{"megabyte well-formed-looking changed-at", nil, map[string]string{changedAtKey: "2026-08-01T09:00:00." + big + "Z"}},
 		{"5000 other annotations", many, withKey(many, epochKey, "3")},
@@ -280,6 +283,26 @@ func adversarialInputs(t *testing.T) []costInput {
 				Operation: admission.Update, Kind: sandboxGVK, Resource: resourceOf(t, sandboxGVK), Namespace: "sbx", Name: "ws",
 				Object: sandbox(anns.new), OldObject: sandbox(anns.old), User: &user.DefaultInfo{Name: u, Groups: manyGroups()}}})
 		}
+	}
+	// Finalizer lists are unbounded in the schema; the orphan rule scans
+	// at most 64 entries.
+	var finalizers []any
+	for i := range 5000 {
+		finalizers = append(finalizers, fmt.Sprintf("example.com/%s-%d", strings.Repeat("f", 200), i))
+	}
+	claim := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
+		"metadata": map[string]any{"name": "c", "namespace": "sbx", "finalizers": finalizers}, "spec": map[string]any{"warmPoolRef": map[string]any{"name": "p"}}}}
+	claimGVK := schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}
+	for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
+		req := vapeval.Request{Operation: op, Kind: claimGVK, Resource: resourceOf(t, claimGVK), Namespace: "sbx", Name: "c",
+			User: &user.DefaultInfo{Name: hostUser, Groups: manyGroups()}}
+		if op != admission.Create {
+			req.OldObject = claim
+		}
+		if op != admission.Delete {
+			req.Object = claim
+		}
+		out = append(out, costInput{name: "claim with 5000 finalizers: " + string(op), params: def, req: req})
 	}
 	for _, w := range worstPolicies() {
 		out = append(out, costInput{name: "cnp: " + w.name, params: bigParams(def), req: vapeval.Request{

@@ -54,7 +54,7 @@ func TestFenceConfigsAreValid(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range cases {
-			if c.Params.Spec != nil {
+			if c.Params.Spec != nil && !c.Params.Preexisting {
 				o := def.DeepCopy()
 				o.Object["spec"] = runtime.DeepCopyJSONValue(c.Params.Spec)
 				configs[c.File] = o
@@ -82,13 +82,36 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 		want []string
 	}{
 		{"a host listed as break-glass user", map[string]any{
-			"hosts":      []any{map[string]any{"username": "h", "namespaces": []any{"a"}}},
-			"breakGlass": map[string]any{"users": []any{"h"}},
+			"hosts":      []any{map[string]any{"username": "system:serviceaccount:a:h", "namespaces": []any{"a"}}},
+			"breakGlass": map[string]any{"users": []any{"system:serviceaccount:a:h"}},
 		}, []string{"spec.breakGlass.users"}},
 		{"a namespace that is not a DNS label and a host without namespaces", map[string]any{
-			"hosts": []any{map[string]any{"username": "h", "namespaces": []any{"Bad_NS"}}, map[string]any{"username": "g"}},
+			"hosts": []any{map[string]any{"username": "system:serviceaccount:a:h", "namespaces": []any{"Bad_NS"}}, map[string]any{"username": "system:serviceaccount:a:g"}},
 		}, []string{"spec.hosts[0].namespaces[0]", "spec.hosts[1].namespaces"}},
 		{"a label key that is not a qualified name", map[string]any{"perSandboxLabelKey": "a b"}, []string{"spec.perSandboxLabelKey"}},
+		// contract §8.7: the webhook routes only ServiceAccounts outside
+		// kube-system, so the schema refuses every other host identity.
+		{"hosts that are no ServiceAccount: an x509 user, an OIDC user, a group-like name", map[string]any{
+			"hosts": []any{
+				map[string]any{"username": "sandbox-host", "namespaces": []any{"a"}},
+				map[string]any{"username": "oidc:alice@example.com", "namespaces": []any{"a"}},
+				map[string]any{"username": "system:serviceaccounts:a", "namespaces": []any{"a"}},
+			},
+		}, []string{"spec.hosts[0].username", "spec.hosts[1].username", "spec.hosts[2].username"}},
+		{"ServiceAccount names cut short or not DNS names", map[string]any{
+			"hosts": []any{
+				map[string]any{"username": "system:serviceaccount:a", "namespaces": []any{"a"}},
+				map[string]any{"username": "system:serviceaccount:a:", "namespaces": []any{"a"}},
+				map[string]any{"username": "system:serviceaccount:A:h", "namespaces": []any{"a"}},
+				map[string]any{"username": "system:serviceaccount:a:h:x", "namespaces": []any{"a"}},
+			},
+		}, []string{"spec.hosts[0].username", "spec.hosts[1].username", "spec.hosts[2].username", "spec.hosts[3].username"}},
+		{"a kube-system ServiceAccount and the webhook's own", map[string]any{
+			"hosts": []any{
+				map[string]any{"username": "system:serviceaccount:kube-system:generic-garbage-collector", "namespaces": []any{"a"}},
+				map[string]any{"username": "system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook", "namespaces": []any{"a"}},
+			},
+		}, []string{"spec.hosts[0].username", "spec.hosts[1].username"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,5 +130,39 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 				t.Errorf("refused fields (-want +got):\n%s\n%v", diff, errs)
 			}
 		})
+	}
+}
+
+// TestPreexistingFenceConfigsAreRefused: a case marked params.preexisting
+// runs under a configuration from before the current schema (kept by CRD
+// validation ratcheting). It shows something only if today's schema really
+// refuses that configuration; otherwise it must be an ordinary case.
+func TestPreexistingFenceConfigsAreRefused(t *testing.T) {
+	crd := loadCRDs(t, fenceConfigCRD)[0]
+	def := defaultParams(t)
+	n := 0
+	for _, dir := range policyDirs(t) {
+		cases, err := vapeval.LoadCases(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cases {
+			if !c.Params.Preexisting {
+				continue
+			}
+			n++
+			o := def.DeepCopy()
+			o.Object["spec"] = runtime.DeepCopyJSONValue(c.Params.Spec)
+			errs, err := vapeval.ValidateObject(crd, o.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(errs) == 0 {
+				t.Errorf("%s: params.preexisting, but the FenceConfig schema accepts this spec: drop preexisting", c.File)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no case runs under a preexisting FenceConfig: the policies' handling of one is untested")
 	}
 }

@@ -57,16 +57,35 @@ func absDir(t *testing.T, rel string) string {
 	return d
 }
 
-// overlay writes a kustomization over config/vap into a temporary directory.
-func overlay(t *testing.T, body string) string {
+// overlayDirs holds the directory overlay writes into, one per test.
+var overlayDirs = map[*testing.T]string{}
+
+// relTo is rel (from policies/) relative to the test's overlay directory:
+// kustomize refuses an absolute path; a relative one may leave the root.
+func relTo(t *testing.T, rel string) string {
 	t.Helper()
-	dir := t.TempDir()
-	// kustomize refuses an absolute base path; a relative one may leave the root.
-	base, err := filepath.Rel(dir, absDir(t, "../config/vap"))
+	p, err := filepath.Rel(overlayDir(t), absDir(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + base + "\n" + body
+	return p
+}
+
+func overlayDir(t *testing.T) string {
+	if d, ok := overlayDirs[t]; ok {
+		return d
+	}
+	d := t.TempDir()
+	overlayDirs[t] = d
+	t.Cleanup(func() { delete(overlayDirs, t) })
+	return d
+}
+
+// overlay writes a kustomization over config/vap into a temporary directory.
+func overlay(t *testing.T, body string) string {
+	t.Helper()
+	dir := overlayDir(t)
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + relTo(t, "../config/vap") + "\n" + body
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -79,14 +98,18 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
 			"FenceConfig/sandbox-fence",
 			"ValidatingAdmissionPolicy/sandbox-fence-cilium-egress",
+			"ValidatingAdmissionPolicy/sandbox-fence-cilium-owner",
 			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch",
 			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch-repair",
+			"ValidatingAdmissionPolicy/sandbox-fence-strict-delete",
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-egress-binding",
+			"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-owner-binding",
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-binding",
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-repair-binding",
 		},
 		Bindings: map[string][2]string{
 			"sandbox-fence-cilium-egress-binding":       {"sandbox-fence-cilium-egress", "sandbox-fence"},
+			"sandbox-fence-cilium-owner-binding":        {"sandbox-fence-cilium-owner", ""},
 			"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
 			"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "sandbox-fence"},
 		},
@@ -121,14 +144,18 @@ func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
 			"FenceConfig/acme-sandbox-fence",
 			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-egress",
+			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-owner",
 			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch",
 			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch-repair",
+			"ValidatingAdmissionPolicy/acme-sandbox-fence-strict-delete",
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-cilium-egress-binding",
+			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-cilium-owner-binding",
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-binding",
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-repair-binding",
 		},
 		Bindings: map[string][2]string{
 			"acme-sandbox-fence-cilium-egress-binding":       {"acme-sandbox-fence-cilium-egress", "acme-sandbox-fence"},
+			"acme-sandbox-fence-cilium-owner-binding":        {"acme-sandbox-fence-cilium-owner", ""},
 			"acme-sandbox-fence-holder-epoch-binding":        {"acme-sandbox-fence-holder-epoch", ""},
 			"acme-sandbox-fence-holder-epoch-repair-binding": {"acme-sandbox-fence-holder-epoch-repair", "acme-sandbox-fence"},
 		},
@@ -155,10 +182,25 @@ func TestKustomizePatchRenamesReferences(t *testing.T) {
 `)))
 	want := map[string][2]string{
 		"sandbox-fence-cilium-egress-binding":       {"egress-fence", "fence-config"},
+		"sandbox-fence-cilium-owner-binding":        {"sandbox-fence-cilium-owner", ""},
 		"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
 		"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "fence-config"},
 	}
 	if diff := cmp.Diff(want, got.Bindings); diff != "" {
 		t.Errorf("rename patch (-want +got):\n%s", diff)
+	}
+}
+
+// TestStrictDeleteComponentBindsThePolicy: config/vap installs the strict
+// delete policy unbound (contract §8.4, off by default); the component adds
+// exactly its binding, which follows a rename like the others.
+func TestStrictDeleteComponentBindsThePolicy(t *testing.T) {
+	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\ncomponents:\n- "+relTo(t, "../config/vap/components/strict-delete")+"\n")))
+	want := [2]string{"acme-sandbox-fence-strict-delete", "acme-sandbox-fence"}
+	if diff := cmp.Diff(want, got.Bindings["acme-sandbox-fence-strict-delete-binding"]); diff != "" {
+		t.Errorf("strict-delete binding (-want +got):\n%s", diff)
+	}
+	if _, ok := summarise(t, render(t, "../config/default")).Bindings["sandbox-fence-strict-delete-binding"]; ok {
+		t.Error("config/default binds strict delete: it must stay opt-in")
 	}
 }

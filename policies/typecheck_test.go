@@ -45,6 +45,7 @@ func typeCheckAll(t *testing.T, crds []*apiextensionsv1.CustomResourceDefinition
 func TestTypeCheckOwnCRDs(t *testing.T) {
 	typeCheckAll(t, loadCRDs(t,
 		"../config/crd/testdata/agents.x-k8s.io_sandboxes.yaml",
+		"../config/crd/testdata/extensions.agents.x-k8s.io_sandboxclaims.yaml",
 		"../config/crd/testdata/cilium.io_ciliumnetworkpolicies.yaml",
 		"../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"))
 }
@@ -62,7 +63,9 @@ func TestTypeCheckUpstreamCRDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	typeCheckAll(t, loadCRDs(t, filepath.Join(sandboxes, upstream.SandboxCRDFile), cilium, fenceConfigCRD))
+	// The claim CRD sits beside the Sandbox's: the owner policy matches claims.
+	claims := filepath.Join(sandboxes, "extensions.agents.x-k8s.io_sandboxclaims.yaml")
+	typeCheckAll(t, loadCRDs(t, filepath.Join(sandboxes, upstream.SandboxCRDFile), claims, cilium, fenceConfigCRD))
 }
 
 // TestPoliciesCompileForCreate compiles every expression as the API server

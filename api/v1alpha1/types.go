@@ -60,9 +60,11 @@ type FenceConfigSpec struct {
 	// (contract §8.5). Never a host: the schema refuses a username listed in both.
 	BreakGlass BreakGlass `json:"breakGlass,omitempty"`
 
-	// StrictDelete makes the webhook refuse a bound host's DELETE of a
-	// Sandbox whose stored epoch is above 0 unless it carries
-	// preconditions.resourceVersion (contract §8.4). Off by default.
+	// StrictDelete, with the binding of config/vap/components/strict-delete,
+	// makes the ValidatingAdmissionPolicy sandbox-fence-strict-delete refuse
+	// a bound host's DELETE of a Sandbox whose stored epoch is above 0, and
+	// of any SandboxClaim, unless it carries preconditions.resourceVersion
+	// (contract §8.4). Off by default.
 	StrictDelete bool `json:"strictDelete,omitempty"`
 
 	// UniqueOwnerLabel makes the webhook refuse a per-sandbox policy whose
@@ -73,8 +75,11 @@ type FenceConfigSpec struct {
 
 // Host is one bound host identity.
 type Host struct {
-	// Username is the authenticated user name, for a ServiceAccount
-	// "system:serviceaccount:<namespace>:<name>".
+	// Username is the host's ServiceAccount,
+	// "system:serviceaccount:<namespace>:<name>" (contract §8.7). The schema
+	// refuses any other identity, and kube-system ServiceAccounts: the
+	// webhook routes only ServiceAccounts outside kube-system, so every
+	// bound host gets every check.
 	Username string `json:"username"`
 	// Namespaces are the namespaces in which this host drives sandboxes. A
 	// write by the host in any other fenced namespace is refused.

@@ -1,6 +1,7 @@
 // Command webhook serves sandbox-fence's validating admission webhook: the
-// checks of contract §4.4 items 1-3 and strict delete (contract §8.4), which need the
-// live state of other objects and so cannot be ValidatingAdmissionPolicies.
+// checks of contract §4.4 items 1-3, which need the live state of other
+// objects and so cannot be ValidatingAdmissionPolicies, and the refusal of
+// bound hosts while the FenceConfig is missing (contract §8.3).
 // It is wiring only; the rules are in internal/admit and the admission
 // handlers in internal/webhook.
 package main
@@ -155,9 +156,6 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
 	}, "cilium.io/v2", "CiliumNetworkPolicy"))
-	srv.Register(webhook.SandboxDeletePath, enforce(&webhook.SandboxDeleteHandler{
-		Config: cfg, LookupTimeout: o.lookupTimeout, Metrics: m,
-	}, "agents.x-k8s.io/v1beta1", "Sandbox"))
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

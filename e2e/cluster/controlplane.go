@@ -311,6 +311,13 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 // (namespace teardown), the ClusterRole aggregation controller (the
 // operator is a namespace admin through the aggregated admin role) and the ValidatingAdmissionPolicy status controller
 // (it fills status.typeChecking, which the suite reads).
+//
+// Each controller runs under its own ServiceAccount in kube-system
+// (--use-service-account-credentials), as kubeadm and the managed
+// distributions run them: the garbage collector is then
+// system:serviceaccount:kube-system:generic-garbage-collector and the
+// namespace controller ...:namespace-controller, the identities the fence
+// must never stand in the way of (contract §8.7), not the admin.
 func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
 	port, err := FreePort()
 	if err != nil {
@@ -326,6 +333,7 @@ func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + filepath.Join(c.opts.StateDir, "kcm-certs"),
 		"--leader-elect=false",
+		"--use-service-account-credentials=true",
 		"--controllers=garbage-collector-controller,namespace-controller,serviceaccount-controller,clusterrole-aggregation-controller,validatingadmissionpolicy-status-controller",
 		"--root-ca-file=" + filepath.Join(c.pkiDir(), "ca.crt"),
 		"--v=1",

@@ -69,6 +69,9 @@ type Env struct {
 	// the in-cluster Deployment scaled to zero and back; nil when the
 	// provider cannot (webhookproc.go).
 	WebhookProcess WebhookProcess
+	// APIServerProcess restarts kube-apiserver when the provider runs it as
+	// a local process; nil otherwise (apiserverproc.go).
+	APIServerProcess APIServerProcess
 	// InCluster is true when the webhook runs as the shipped Deployment
 	// behind its Service (kind): the rollout, eviction, rotation, drain and
 	// placement cases need it.

@@ -80,6 +80,17 @@ func (e *Env) HolderEpochMarker() Marker {
 	}
 }
 
+// CiliumOwnerMarker is the host's create of a claim carrying the orphan
+// finalizer: denied exactly while the cilium-owner policy is bound.
+func (e *Env) CiliumOwnerMarker() Marker {
+	return Marker{
+		Name: PolicyCiliumOwner,
+		As:   e.Host,
+		Obj:  MakeClaim(e.HostNamespace, "marker-orphan").Finalizer("orphan").Obj(),
+		Want: PolicyCiliumOwner,
+	}
+}
+
 // WithoutHolderEpochBinding runs fn while the holder-epoch policy's binding
 // is removed, then restores it and waits until enforcement is back. It is the
 // only way to seed what the fence forbids (a malformed stored epoch, the
@@ -149,7 +160,17 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 		cnp.SetName("marker-without-prefix")
 		ms = append(ms, Marker{Name: PolicyCiliumEgress, As: e.Host, Obj: cnp, Want: PolicyCiliumEgress})
 	}
-	for _, p := range []string{PolicyHolderEpoch, PolicyCiliumEgress} {
+	if ok, err := exists(PolicyCiliumOwner); err != nil {
+		return nil, err
+	} else if ok {
+		ms = append(ms, e.CiliumOwnerMarker())
+	}
+	if ok, err := exists(PolicyStrictDelete); err != nil {
+		return nil, err
+	} else if !ok {
+		logMissing(PolicyStrictDelete)
+	}
+	for _, p := range []string{PolicyHolderEpoch, PolicyCiliumEgress, PolicyCiliumOwner} {
 		if !e.Policies[p] {
 			logMissing(p)
 		}
@@ -178,7 +199,7 @@ const AllowPartialEnv = "E2E_ALLOW_PARTIAL"
 // E2E_ALLOW_PARTIAL=1 says the cluster deliberately runs a partial bundle.
 func (e *Env) RequireComplete() error {
 	var missing []string
-	for _, p := range []string{PolicyHolderEpoch, PolicyHolderEpochRepair, PolicyCiliumEgress} {
+	for _, p := range []string{PolicyHolderEpoch, PolicyHolderEpochRepair, PolicyCiliumEgress, PolicyCiliumOwner, PolicyStrictDelete} {
 		if !e.Policies[p] {
 			missing = append(missing, "ValidatingAdmissionPolicy "+p)
 		}

@@ -66,4 +66,8 @@ const (
 	PolicyHolderEpoch       = "sandbox-fence-holder-epoch"
 	PolicyHolderEpochRepair = "sandbox-fence-holder-epoch-repair"
 	PolicyCiliumEgress      = "sandbox-fence-cilium-egress"
+	PolicyCiliumOwner       = "sandbox-fence-cilium-owner"
+	// PolicyStrictDelete is installed without a binding; the strict-delete
+	// component adds it (contract §8.4).
+	PolicyStrictDelete = "sandbox-fence-strict-delete"
 )

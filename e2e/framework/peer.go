@@ -40,7 +40,7 @@ var activePeer atomic.Pointer[Peer]
 // against it, and every shipped enforcer counts as present.
 func (e *Env) UsePeer(p Peer) {
 	e.Peer = p
-	e.Policies = map[string]bool{PolicyHolderEpoch: true, PolicyHolderEpochRepair: true, PolicyCiliumEgress: true}
+	e.Policies = map[string]bool{PolicyHolderEpoch: true, PolicyHolderEpochRepair: true, PolicyCiliumEgress: true, PolicyCiliumOwner: true, PolicyStrictDelete: true}
 	e.WebhookInstalled = true
 	// The outage case stops sandbox-fence's own webhook process.
 	e.WebhookProcess = nil

@@ -24,6 +24,7 @@ var ShippedEnforcement = struct {
 		framework.PolicyHolderEpoch + "-binding",
 		framework.PolicyHolderEpochRepair + "-binding",
 		framework.PolicyCiliumEgress + "-binding",
+		framework.PolicyCiliumOwner + "-binding",
 	},
 	Webhook: framework.WebhookConfigName,
 }

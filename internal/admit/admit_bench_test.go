@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
@@ -44,41 +43,5 @@ func BenchmarkValidateCiliumOwner(b *testing.B) {
 				}
 			}
 		})
-	}
-}
-
-// BenchmarkValidateSandboxDelete is strict delete (contract §8.4) per request.
-func BenchmarkValidateSandboxDelete(b *testing.B) {
-	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).StrictDelete().Obj()
-	old := tst.MakeSandbox("s").Epoch("3").Obj()
-	rv := "1001"
-	cases := []struct {
-		name     string
-		opts     *metav1.DeleteOptions
-		wantErrs int
-	}{
-		{"fenced delete with precondition", &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}, 0},
-		{"unconditional delete of a fenced workspace", nil, 1},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if errs := admit.ValidateSandboxDelete(&cfg.Spec, old, c.opts); len(errs) != c.wantErrs {
-					b.Fatalf("got %d errors, want %d: %v", len(errs), c.wantErrs, errs)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkReadEpoch is the contract §3.1 grammar check.
-func BenchmarkReadEpoch(b *testing.B) {
-	a := map[string]string{admit.EpochAnnotation: "9007199254740991"}
-	b.ReportAllocs()
-	for b.Loop() {
-		if s, _ := admit.ReadEpoch(a); s != admit.EpochWell {
-			b.Fatalf("state %v", s)
-		}
 	}
 }

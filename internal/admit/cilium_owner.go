@@ -106,12 +106,16 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 
 // checkUniqueLabel looks for other claims and Sandboxes whose pods carry the
 // same label (contract §4.4 item 3): the policy would open egress for their pods
-// too. A cached copy of the owner itself and objects owned by the owner (the Sandbox a claim adopted, which
-// inherits the claim's pod labels) are the same sandbox and do not count.
+// too. A cached copy of the owner itself does not count, and neither does the
+// one Sandbox a claim owns (the one it adopted, which inherits the claim's
+// pod labels): it is the same sandbox. A claim has one Sandbox, so when
+// several Sandboxes owned by the claim carry the label they all count, and
+// objects owned by a Sandbox owner always do: however they got their owner
+// reference, their pods are other pods the policy would let out.
 // Refused when spec.uniqueOwnerLabel is set, a warning otherwise.
 func checkUniqueLabel(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, owners OwnerLookup, owner *unstructured.Unstructured, key, value string) (field.ErrorList, []string) {
 	path := selectorPath.Key(key)
-	var others []string
+	var others, adopted []string
 	for _, k := range OwnerKinds {
 		items, err := owners.ListOwners(ctx, k, owner.GetNamespace())
 		if err != nil {
@@ -124,13 +128,21 @@ func checkUniqueLabel(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, o
 			it := &items[i]
 			// Same kind and name is the owner itself, possibly a stale cached
 			// copy with its previous uid.
-			if it.GetUID() == owner.GetUID() || (k.GVK.Kind == owner.GetKind() && it.GetName() == owner.GetName()) || ownedBy(it, owner) {
+			if it.GetUID() == owner.GetUID() || (k.GVK.Kind == owner.GetKind() && it.GetName() == owner.GetName()) {
 				continue
 			}
-			if k.PodLabels(it)[key] == value {
-				others = append(others, k.GVK.Kind+"/"+it.GetName())
+			if k.PodLabels(it)[key] != value {
+				continue
 			}
+			if k.GVK == SandboxOwner.GVK && owner.GetKind() == ClaimOwner.GVK.Kind && ownedBy(it, owner) {
+				adopted = append(adopted, k.GVK.Kind+"/"+it.GetName())
+				continue
+			}
+			others = append(others, k.GVK.Kind+"/"+it.GetName())
 		}
+	}
+	if len(adopted) > 1 {
+		others = append(others, adopted...)
 	}
 	if len(others) == 0 {
 		return nil, nil

@@ -190,6 +190,25 @@ func TestValidateCiliumOwner(t *testing.T) {
 		owners: tst.NewFakeOwners(claim, tst.MakeSandbox("pool-x1").PodLabel(tst.LabelKey, "a").OwnedBy(claim).Obj()),
 		obj:    tst.MakeCNP(claim).Obj(),
 	}, {
+		// A claim has one Sandbox. A second one owned by the claim and
+		// carrying its label is another sandbox whose pods the policy would
+		// let out too, however it got its owner reference.
+		name: "two Sandboxes owned by the same claim and carrying its label are refused when uniqueness is on",
+		cfg:  tst.MakeConfig("sandbox-fence").UniqueOwnerLabel().Obj(),
+		owners: tst.NewFakeOwners(claim,
+			tst.MakeSandbox("pool-x1").PodLabel(tst.LabelKey, "a").OwnedBy(claim).Obj(),
+			tst.MakeSandbox("pool-x2").PodLabel(tst.LabelKey, "a").OwnedBy(claim).Obj()),
+		obj: tst.MakeCNP(claim).Obj(),
+		wantErrs: field.ErrorList{duplicate(selector, "a",
+			"the pod label sandbox.namzu.ai/per-sandbox-egress=a is also carried by Sandbox/pool-x1, Sandbox/pool-x2, whose pods this policy would also let out (spec.uniqueOwnerLabel is set); give each sandbox its own label value")},
+	}, {
+		name:   "a Sandbox owned by a Sandbox owner and carrying its label is another sandbox",
+		cfg:    tst.MakeConfig("sandbox-fence").UniqueOwnerLabel().Obj(),
+		owners: tst.NewFakeOwners(sandbox, tst.MakeSandbox("s2").PodLabel(tst.LabelKey, "s").OwnedBy(sandbox).Obj()),
+		obj:    tst.MakeCNP(sandbox).Obj(),
+		wantErrs: field.ErrorList{duplicate(selector, "s",
+			"the pod label sandbox.namzu.ai/per-sandbox-egress=s is also carried by Sandbox/s2, whose pods this policy would also let out (spec.uniqueOwnerLabel is set); give each sandbox its own label value")},
+	}, {
 		name:   "a stale list entry of the owner itself under its previous uid does not count",
 		cfg:    tst.MakeConfig("sandbox-fence").UniqueOwnerLabel().Obj(),
 		owners: &staleList{FakeOwners: tst.NewFakeOwners(claim), stale: tst.MakeClaim("a").UID("uid-old").Obj()},

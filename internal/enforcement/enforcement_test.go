@@ -1,6 +1,7 @@
 package enforcement_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -27,14 +28,14 @@ type rendered struct {
 	Webhooks map[string]admissionregistrationv1.FailurePolicyType
 }
 
-func render(t *testing.T, m enforcement.Mode) rendered {
+func render(t *testing.T, m enforcement.Mode, extra ...string) rendered {
 	t.Helper()
 	out := rendered{
 		Bindings: map[string][]admissionregistrationv1.ValidationAction{},
 		Policies: map[string]admissionregistrationv1.FailurePolicyType{},
 		Webhooks: map[string]admissionregistrationv1.FailurePolicyType{},
 	}
-	objs := tst.Render(t, configDir, "default", component(m)...)
+	objs := tst.Render(t, configDir, "default", append(extra, component(m)...)...)
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ValidatingAdmissionPolicyBinding":
@@ -60,32 +61,38 @@ func render(t *testing.T, m enforcement.Mode) rendered {
 // compares each binding, policy and webhook with what internal/enforcement
 // says the mode sets, starting from what the Deny rendering (the shipped
 // YAML) carries. A binding or webhook added later without the component
-// learning about it fails here.
+// learning about it fails here. The opt-in strict-delete component, listed
+// before the mode's component as docs/install.md says, is switched too.
 func TestComponentsApplyTheModeTable(t *testing.T) {
-	deny := render(t, enforcement.Deny)
-	if len(deny.Bindings) == 0 || len(deny.Policies) == 0 || len(deny.Webhooks) == 0 {
-		t.Fatalf("config/default renders no bindings, policies or webhooks: %+v", deny)
-	}
-	for _, m := range enforcement.Modes {
-		t.Run(string(m), func(t *testing.T) {
-			want := rendered{
-				Bindings: map[string][]admissionregistrationv1.ValidationAction{},
-				Policies: map[string]admissionregistrationv1.FailurePolicyType{},
-				Webhooks: map[string]admissionregistrationv1.FailurePolicyType{},
-			}
-			for n := range deny.Bindings {
-				want.Bindings[n] = m.ValidationActions()
-			}
-			for n, fp := range deny.Policies {
-				want.Policies[n] = m.FailurePolicy(fp)
-			}
-			for n, fp := range deny.Webhooks {
-				want.Webhooks[n] = m.FailurePolicy(fp)
-			}
-			if d := cmp.Diff(want, render(t, m)); d != "" {
-				t.Errorf("config/default with the %s component differs from the mode table (-want +got):\n%s", m, d)
-			}
-		})
+	for _, extra := range [][]string{nil, {"vap/components/strict-delete"}} {
+		deny := render(t, enforcement.Deny, extra...)
+		if len(deny.Bindings) == 0 || len(deny.Policies) == 0 || len(deny.Webhooks) == 0 {
+			t.Fatalf("config/default renders no bindings, policies or webhooks: %+v", deny)
+		}
+		if extra != nil && deny.Bindings["sandbox-fence-strict-delete-binding"] == nil {
+			t.Fatalf("config/default with %v renders no strict-delete binding: %+v", extra, deny.Bindings)
+		}
+		for _, m := range enforcement.Modes {
+			t.Run(fmt.Sprintf("%s%v", m, extra), func(t *testing.T) {
+				want := rendered{
+					Bindings: map[string][]admissionregistrationv1.ValidationAction{},
+					Policies: map[string]admissionregistrationv1.FailurePolicyType{},
+					Webhooks: map[string]admissionregistrationv1.FailurePolicyType{},
+				}
+				for n := range deny.Bindings {
+					want.Bindings[n] = m.ValidationActions()
+				}
+				for n, fp := range deny.Policies {
+					want.Policies[n] = m.FailurePolicy(fp)
+				}
+				for n, fp := range deny.Webhooks {
+					want.Webhooks[n] = m.FailurePolicy(fp)
+				}
+				if d := cmp.Diff(want, render(t, m, extra...)); d != "" {
+					t.Errorf("config/default with %v and the %s component differs from the mode table (-want +got):\n%s", extra, m, d)
+				}
+			})
+		}
 	}
 }
 

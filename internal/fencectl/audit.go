@@ -30,8 +30,13 @@ const (
 	// holder-epoch policy would refuse to store today (contract §3.6, §2).
 	CheckMalformedAnnotation = "malformed-annotation"
 	// CheckOversizedAnnotation: a backend annotation over 16384 characters,
-	// refused even when a write carries it unchanged.
+	// refused on create and whenever a write changes its length (contract
+	// §3.6 rule 7 admits it unchanged).
 	CheckOversizedAnnotation = "oversized-annotation"
+	// CheckOrphanFinalizer: a Sandbox in an opted-in namespace carries the
+	// orphan finalizer, so deleting it would leave its per-sandbox policy
+	// behind; the cilium-owner policy refuses it (contract §4.5).
+	CheckOrphanFinalizer = "orphan-finalizer"
 	// CheckPolicyNotAdmitted: a per-sandbox CiliumNetworkPolicy the egress
 	// policy would refuse from the host bound to its namespace (contract §4.3).
 	CheckPolicyNotAdmitted = "policy-not-admitted"
@@ -98,8 +103,16 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 	} else {
 		report.Enforcement = "inconsistent (" + why + ")"
 	}
+	// The policies evaluated are those with a binding (strict delete is
+	// installed unbound unless switched on).
+	bound := map[string]bool{}
+	for _, b := range in.bindings {
+		bound[b.Spec.PolicyName] = true
+	}
 	for _, p := range in.policies {
-		report.Policies = append(report.Policies, p.Name)
+		if bound[p.Name] {
+			report.Policies = append(report.Policies, p.Name)
+		}
 	}
 	sort.Strings(report.Policies)
 
@@ -217,7 +230,10 @@ func auditSandbox(ctx context.Context, h *vapeval.Harness, sbx *unstructured.Uns
 		return nil, err
 	}
 	check := CheckMalformedAnnotation
-	if strings.Contains(msg.text, "character limit") {
+	switch {
+	case strings.HasSuffix(msg.policy, PolicyCiliumOwner):
+		check = CheckOrphanFinalizer
+	case strings.Contains(msg.text, "character limit"):
 		check = CheckOversizedAnnotation
 	}
 	return []Finding{{Kind: "Sandbox", Namespace: sbx.GetNamespace(), Name: sbx.GetName(), Check: check, By: msg.policy, Message: msg.text}}, nil

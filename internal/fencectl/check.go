@@ -148,6 +148,28 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 		}
 	}
 
+	// Strict delete: installed unbound; its binding is opt-in.
+	sdName := o.PolicyPrefix + PolicyStrictDelete
+	sd := pols[sdName]
+	if sd == nil {
+		add("ValidatingAdmissionPolicy "+sdName, false, "not installed (or not labelled %s): config/vap installs it unbound", BundleLabel)
+	} else if w := typeWarnings(sd); w != "" {
+		add("ValidatingAdmissionPolicy "+sdName, false, "type-checking warnings: %s", w)
+	} else {
+		add("ValidatingAdmissionPolicy "+sdName, true, "installed, type-checks")
+	}
+	sdBinding := sdName + "-binding"
+	switch b := bindings[sdBinding]; {
+	case b == nil:
+		add("ValidatingAdmissionPolicyBinding "+sdBinding, true, "not installed: strict delete is off (opt-in, docs/install.md)")
+	case b.Spec.PolicyName != sdName:
+		add("ValidatingAdmissionPolicyBinding "+sdBinding, false, "binds %q instead of %s", b.Spec.PolicyName, sdName)
+	case b.Spec.ParamRef == nil || b.Spec.ParamRef.Name != o.ConfigName:
+		add("ValidatingAdmissionPolicyBinding "+sdBinding, false, "its paramRef does not name the FenceConfig %q", o.ConfigName)
+	default:
+		add("ValidatingAdmissionPolicyBinding "+sdBinding, true, "binds %s, validationActions %v; strict delete is on where the FenceConfig sets spec.strictDelete", b.Spec.PolicyName, b.Spec.ValidationActions)
+	}
+
 	// Enforcement mode: one for every binding, and the webhook's the same.
 	mode, why := in.mode()
 	if mode == "" {
@@ -163,7 +185,7 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 	// FenceConfig.
 	switch {
 	case in.config == nil:
-		add("FenceConfig "+o.ConfigName, false, "not found: CiliumNetworkPolicy writes in opted-in namespaces are refused for everyone (docs/install.md)")
+		add("FenceConfig "+o.ConfigName, false, "not found: the webhook refuses CiliumNetworkPolicy writes and deletes in opted-in namespaces by every ServiceAccount outside kube-system (contract §8.3, docs/install.md)")
 	case len(in.config.Spec.Hosts) == 0:
 		add("FenceConfig "+o.ConfigName, true, "present; spec.hosts is empty, so no host is fenced yet")
 	default:

@@ -2,6 +2,7 @@ package fencectl
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -57,6 +58,75 @@ func TestCheckComparesTheWebhooksModeWithTheBindings(t *testing.T) {
 			for _, c := range r.Checks {
 				if c.Name == "Enforcement mode" {
 					got = c
+				}
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// Strict delete is installed unbound (contract §8.4): check requires the
+// policy, accepts the binding's absence, and checks the binding when an
+// admin applied config/vap/components/strict-delete.
+func TestCheckStrictDelete(t *testing.T) {
+	labels := map[string]string{"app.kubernetes.io/name": "sandbox-fence"}
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyStrictDelete, Labels: labels}}
+	binding := func(param string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+		b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: PolicyStrictDelete + "-binding", Labels: labels},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: PolicyStrictDelete, ValidationActions: []admissionregistrationv1.ValidationAction{"Deny"}}}
+		if param != "" {
+			b.Spec.ParamRef = &admissionregistrationv1.ParamRef{Name: param}
+		}
+		return b
+	}
+	cases := []struct {
+		name string
+		objs []runtime.Object
+		want []CheckResult
+	}{{
+		name: "installed unbound",
+		objs: []runtime.Object{policy},
+		want: []CheckResult{
+			{Name: "ValidatingAdmissionPolicy " + PolicyStrictDelete, OK: true, Detail: "installed, type-checks"},
+			{Name: "ValidatingAdmissionPolicyBinding " + PolicyStrictDelete + "-binding", OK: true, Detail: "not installed: strict delete is off (opt-in, docs/install.md)"},
+		},
+	}, {
+		name: "bound",
+		objs: []runtime.Object{policy, binding("sandbox-fence")},
+		want: []CheckResult{
+			{Name: "ValidatingAdmissionPolicy " + PolicyStrictDelete, OK: true, Detail: "installed, type-checks"},
+			{Name: "ValidatingAdmissionPolicyBinding " + PolicyStrictDelete + "-binding", OK: true, Detail: "binds " + PolicyStrictDelete + ", validationActions [Deny]; strict delete is on where the FenceConfig sets spec.strictDelete"},
+		},
+	}, {
+		name: "bound to another FenceConfig",
+		objs: []runtime.Object{policy, binding("other")},
+		want: []CheckResult{
+			{Name: "ValidatingAdmissionPolicy " + PolicyStrictDelete, OK: true, Detail: "installed, type-checks"},
+			{Name: "ValidatingAdmissionPolicyBinding " + PolicyStrictDelete + "-binding", Detail: `its paramRef does not name the FenceConfig "sandbox-fence"`},
+		},
+	}, {
+		name: "not installed",
+		objs: nil,
+		want: []CheckResult{
+			{Name: "ValidatingAdmissionPolicy " + PolicyStrictDelete, Detail: "not installed (or not labelled app.kubernetes.io/name=sandbox-fence): config/vap installs it unbound"},
+			{Name: "ValidatingAdmissionPolicyBinding " + PolicyStrictDelete + "-binding", OK: true, Detail: "not installed: strict delete is off (opt-in, docs/install.md)"},
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := fake.NewClientset(tc.objs...)
+			dc := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+			r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dc}, CheckOptions{
+				Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []CheckResult
+			for _, c := range r.Checks {
+				if strings.Contains(c.Name, PolicyStrictDelete) {
+					got = append(got, c)
 				}
 			}
 			if d := cmp.Diff(tc.want, got); d != "" {

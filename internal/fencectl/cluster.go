@@ -45,10 +45,14 @@ const (
 	PolicyHolderEpoch       = "sandbox-fence-holder-epoch"
 	PolicyHolderEpochRepair = "sandbox-fence-holder-epoch-repair"
 	PolicyCiliumEgress      = "sandbox-fence-cilium-egress"
+	PolicyCiliumOwner       = "sandbox-fence-cilium-owner"
+	// PolicyStrictDelete is installed unbound; the opt-in component
+	// config/vap/components/strict-delete binds it (contract §8.4).
+	PolicyStrictDelete = "sandbox-fence-strict-delete"
 )
 
-// ShippedPolicies are the three policies config/vap installs.
-var ShippedPolicies = []string{PolicyHolderEpoch, PolicyHolderEpochRepair, PolicyCiliumEgress}
+// ShippedPolicies are the four policies config/vap installs and binds.
+var ShippedPolicies = []string{PolicyHolderEpoch, PolicyHolderEpochRepair, PolicyCiliumEgress, PolicyCiliumOwner}
 
 var (
 	sandboxGVR     = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}

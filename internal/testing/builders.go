@@ -125,10 +125,29 @@ func (w *ObjectWrapper) Kind(apiVersion, kind string) *ObjectWrapper {
 	return w
 }
 
-// Deleting sets metadata.deletionTimestamp.
+// Deleting sets metadata.deletionTimestamp and a finalizer: an object
+// being deleted exists only while a finalizer holds it.
 func (w *ObjectWrapper) Deleting() *ObjectWrapper {
 	now := metav1.Unix(1785574800, 0)
 	w.u.SetDeletionTimestamp(&now)
+	w.u.SetFinalizers(append(w.u.GetFinalizers(), "sandbox-fence.test/hold"))
+	return w
+}
+
+// Label sets one metadata label (of the object itself, not its pods).
+func (w *ObjectWrapper) Label(k, v string) *ObjectWrapper {
+	l := w.u.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[k] = v
+	w.u.SetLabels(l)
+	return w
+}
+
+// Finalizer appends a metadata finalizer.
+func (w *ObjectWrapper) Finalizer(f string) *ObjectWrapper {
+	w.u.SetFinalizers(append(w.u.GetFinalizers(), f))
 	return w
 }
 
@@ -228,9 +247,6 @@ func (w *ConfigWrapper) NoHosts() *ConfigWrapper { w.c.Spec.Hosts = nil; return 
 
 // LabelKey sets spec.perSandboxLabelKey.
 func (w *ConfigWrapper) LabelKey(k string) *ConfigWrapper { w.c.Spec.PerSandboxLabelKey = k; return w }
-
-// StrictDelete sets spec.strictDelete.
-func (w *ConfigWrapper) StrictDelete() *ConfigWrapper { w.c.Spec.StrictDelete = true; return w }
 
 // UniqueOwnerLabel sets spec.uniqueOwnerLabel.
 func (w *ConfigWrapper) UniqueOwnerLabel() *ConfigWrapper { w.c.Spec.UniqueOwnerLabel = true; return w }

@@ -57,6 +57,10 @@ type CaseInput struct {
 	// Options are the CreateOptions, UpdateOptions or DeleteOptions.
 	Options map[string]any `json:"options,omitempty"`
 	DryRun  bool           `json:"dryRun,omitempty"`
+	// Collection makes a DELETE one item of a delete-collection: the API
+	// server then admits each item with the stored object as oldObject and
+	// no request name.
+	Collection bool `json:"collection,omitempty"`
 }
 
 // CaseParams selects the FenceConfig: the shared default (policies/testdata/
@@ -64,6 +68,12 @@ type CaseInput struct {
 type CaseParams struct {
 	Absent bool           `json:"absent,omitempty"`
 	Spec   map[string]any `json:"spec,omitempty"`
+	// Preexisting marks a spec the FenceConfig schema refuses today but a
+	// cluster may still hold: one stored before the schema learnt the rule,
+	// which CRD validation ratcheting keeps while nobody changes it. A test
+	// requires the schema to refuse it, so the case shows what the policy
+	// does with an upgrade's leftovers, not with an impossible config.
+	Preexisting bool `json:"preexisting,omitempty"`
 }
 
 // Expect is the verdict.
@@ -130,6 +140,12 @@ func (c *Case) check() error {
 	if c.Params.Absent && c.Params.Spec != nil {
 		errs = append(errs, errors.New("params: absent and spec are exclusive"))
 	}
+	if c.Params.Preexisting && c.Params.Spec == nil {
+		errs = append(errs, errors.New("params: preexisting describes a spec"))
+	}
+	if c.Request.Collection && (c.Request.Operation != "DELETE" || c.Request.Name != "") {
+		errs = append(errs, errors.New("request: collection is a DELETE without a name"))
+	}
 	if c.Expect.Allowed && (c.Expect.Code != 0 || len(c.Expect.Messages) > 0 || c.Expect.Policy != "") {
 		errs = append(errs, errors.New("expect: an admitted case has no code, messages or policy"))
 	}
@@ -144,6 +160,7 @@ var Resources = []Resource{
 	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1alpha1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}, Resource: "sandboxclaims", Namespaced: true},
+	{GVK: schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1alpha1", Kind: "SandboxClaim"}, Resource: "sandboxclaims", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}, Resource: "ciliumnetworkpolicies", Namespaced: true},
 	{GVK: schema.GroupVersionKind{Group: "fence.sandbox.namzu.ai", Version: "v1alpha1", Kind: "FenceConfig"}, Resource: "fenceconfigs"},
 }
@@ -186,7 +203,7 @@ func (in CaseInput) BuildRequest() (Request, error) {
 	if ns == "" {
 		ns = ref.GetNamespace()
 	}
-	if name == "" {
+	if name == "" && !in.Collection {
 		name = ref.GetName()
 	}
 	r := Request{

@@ -18,16 +18,26 @@ type PolicyDir struct {
 	Dir     string
 	Policy  *admissionregistrationv1.ValidatingAdmissionPolicy
 	Binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	// OptIn is true when the binding is not installed by default
+	// (binding/binding.yaml, added by a component).
+	OptIn bool
 }
 
 // LoadPolicyDir reads policy.yaml and binding.yaml strictly: an unknown field
-// is an error, as the API server would refuse it.
+// is an error, as the API server would refuse it. An opt-in policy keeps its
+// binding in binding/binding.yaml, which the default install leaves out and
+// a component adds; its cases run with the binding, as once opted in.
 func LoadPolicyDir(dir string) (*PolicyDir, error) {
 	p := &PolicyDir{Dir: dir, Policy: &admissionregistrationv1.ValidatingAdmissionPolicy{}, Binding: &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}}
 	if err := readStrict(filepath.Join(dir, "policy.yaml"), p.Policy); err != nil {
 		return nil, err
 	}
-	if err := readStrict(filepath.Join(dir, "binding.yaml"), p.Binding); err != nil {
+	binding := filepath.Join(dir, "binding.yaml")
+	if _, err := os.Stat(binding); os.IsNotExist(err) {
+		binding = filepath.Join(dir, "binding", "binding.yaml")
+		p.OptIn = true
+	}
+	if err := readStrict(binding, p.Binding); err != nil {
 		return nil, err
 	}
 	if p.Policy.Kind != "ValidatingAdmissionPolicy" || p.Binding.Kind != "ValidatingAdmissionPolicyBinding" {

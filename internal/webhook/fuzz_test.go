@@ -18,12 +18,12 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
-// fuzzServer serves both paths exactly as the binary does, but with panics
+// fuzzServer serves the path exactly as the binary does, but with panics
 // NOT recovered, so a panic anywhere in decoding or the rules fails the fuzz
 // run instead of becoming a 500.
 func fuzzServer(t testing.TB) http.Handler {
 	claim := tst.MakeClaim("a").Obj()
-	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).StrictDelete().UniqueOwnerLabel().Obj()
+	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).UniqueOwnerLabel().Obj()
 	cache := fakeReader(t, []client.Object{cfg, claim, tst.MakeSandbox("s").Epoch("3").Obj(), tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()}...)
 	src := webhook.ConfigSource{Reader: cache, Name: fencev1alpha1.DefaultConfigName}
 	mux := http.NewServeMux()
@@ -31,7 +31,6 @@ func fuzzServer(t testing.TB) http.Handler {
 	mux.Handle(webhook.CiliumEgressPath, &admission.Webhook{RecoverPanic: &noRecover, Handler: &webhook.CiliumHandler{
 		Config: src, Owners: &webhook.OwnerLookup{Cache: cache, Live: cache}, LookupTimeout: time.Second,
 	}})
-	mux.Handle(webhook.SandboxDeletePath, &admission.Webhook{RecoverPanic: &noRecover, Handler: &webhook.SandboxDeleteHandler{Config: src}})
 	return mux
 }
 
@@ -44,7 +43,7 @@ func review(t testing.TB, req admission.Request) []byte {
 	return b
 }
 
-// FuzzAdmissionReview posts arbitrary bytes to both paths: the webhook must
+// FuzzAdmissionReview posts arbitrary bytes to the webhook's path: the webhook must
 // never panic and must always answer with an AdmissionReview carrying a
 // response (a refusal of garbage included).
 func FuzzAdmissionReview(f *testing.F) {
@@ -53,8 +52,7 @@ func FuzzAdmissionReview(f *testing.F) {
 	f.Add(review(f, cnpRequest(f, admissionv1.Create, tst.HostUser, nil, cnp)))
 	f.Add(review(f, cnpRequest(f, admissionv1.Update, tst.HostUser, cnp, tst.MakeCNP(claim).OwnedBy(claim).Obj())))
 	f.Add(review(f, cnpRequest(f, admissionv1.Create, tst.HostUser, nil, tst.MakeCNP(claim).Set(int64(3), "metadata", "ownerReferences").Obj())))
-	f.Add(review(f, sandboxDeleteRequest(f, tst.HostUser, tst.MakeSandbox("s").Epoch("3").Obj(), map[string]any{"preconditions": map[string]any{"resourceVersion": 5}})))
-	f.Add(review(f, sandboxDeleteRequest(f, tst.HostUser, tst.MakeSandbox("s").Epoch("x").Obj(), nil)))
+	f.Add(review(f, cnpRequest(f, admissionv1.Delete, tst.HostUser, cnp, nil)))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"group":"cilium.io","kind":"CiliumNetworkPolicy"},"operation":"CREATE","userInfo":{"username":"` + tst.HostUser + `"},"object":{"metadata":{"ownerReferences":[{"apiVersion":"agents.x-k8s.io/v1beta1","kind":"Sandbox","name":"s","uid":null}]}}}}`))
 	f.Add([]byte(`{"request":{"object":[]}}`))
 	f.Add([]byte(`{`))
@@ -62,7 +60,7 @@ func FuzzAdmissionReview(f *testing.F) {
 
 	srv := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, path := range []string{webhook.CiliumEgressPath, webhook.SandboxDeletePath} {
+		for _, path := range []string{webhook.CiliumEgressPath} {
 			r := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 			r.Header.Set("Content-Type", "application/json")
 			w := httptest.NewRecorder()

@@ -26,30 +26,21 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 )
 
-// Paths the handlers are served on.
-const (
-	CiliumEgressPath  = "/validate-cilium-egress"
-	SandboxDeletePath = "/validate-sandbox-delete"
-)
+// CiliumEgressPath is the path the handler is served on.
+const CiliumEgressPath = "/validate-cilium-egress"
 
-// Message prefixes (contract §8.1): the rule family, so a client can tell which
-// fence refused it.
-const (
-	ciliumFamily = "cilium-fence"
-	epochFamily  = "holder-epoch"
-)
+// ciliumFamily is the message prefix (contract §8.1): the rule family, so a
+// client can tell which fence refused it.
+const ciliumFamily = "cilium-fence"
 
 // DefaultLookupTimeout bounds the owner lookups of one request; it is below
 // the webhook's timeoutSeconds (5) so the webhook answers with its own clear
 // message instead of the API server timing it out.
 const DefaultLookupTimeout = 3 * time.Second
 
-var (
-	cnpGK     = schema.GroupKind{Group: "cilium.io", Kind: "CiliumNetworkPolicy"}
-	sandboxGK = schema.GroupKind{Group: "agents.x-k8s.io", Kind: "Sandbox"}
-)
+var cnpGK = schema.GroupKind{Group: "cilium.io", Kind: "CiliumNetworkPolicy"}
 
-// ConfigSource reads the FenceConfig both rules are driven by.
+// ConfigSource reads the FenceConfig the rules are driven by.
 type ConfigSource struct {
 	// Reader is the manager's cache.
 	Reader client.Reader
@@ -65,14 +56,21 @@ func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, erro
 	return cfg, nil
 }
 
-// isServiceAccount mirrors the webhook configuration's matchCondition: a host
-// is a ServiceAccount, and no human user is ever refused by this webhook.
-func isServiceAccount(username string) bool {
-	return strings.HasPrefix(username, "system:serviceaccount:")
+// mayBeHost mirrors the webhook configuration's matchConditions: a bound
+// host is a ServiceAccount outside kube-system (contract §8.7, which the
+// FenceConfig schema enforces), so no human user and no controller of the
+// cluster (the garbage collector, the namespace controller) is ever refused
+// by this webhook, even while the FenceConfig is missing.
+func mayBeHost(username string) bool {
+	return strings.HasPrefix(username, "system:serviceaccount:") &&
+		!strings.HasPrefix(username, "system:serviceaccount:kube-system:")
 }
 
 // CiliumHandler verifies the owner of a bound host's per-sandbox
-// CiliumNetworkPolicy (contract §4.4 items 1-3).
+// CiliumNetworkPolicy (contract §4.4 items 1-3). It also holds the fail-closed
+// duty while the FenceConfig is missing (contract §8.3): the policy then fences
+// nobody, so the webhook refuses the writes and deletes of every identity
+// that may be a host.
 type CiliumHandler struct {
 	Config ConfigSource
 	Owners admit.OwnerLookup
@@ -86,13 +84,13 @@ type CiliumHandler struct {
 func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	log := logf.FromContext(ctx).WithValues("rule", RuleCiliumOwner)
 	if req.Kind.Group != cnpGK.Group || req.Kind.Kind != cnpGK.Kind || req.SubResource != "" ||
-		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update && req.Operation != admissionv1.Delete) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed("cilium-fence: only CREATE and UPDATE of CiliumNetworkPolicy are checked")
+		return admission.Allowed("cilium-fence: only CREATE, UPDATE and DELETE of CiliumNetworkPolicy are checked")
 	}
-	if !isServiceAccount(req.UserInfo.Username) {
+	if !mayBeHost(req.UserInfo.Username) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed("cilium-fence: not a ServiceAccount")
+		return admission.Allowed("cilium-fence: not a ServiceAccount outside kube-system, so never a bound host")
 	}
 	// One deadline for everything the request reads, so a cache that is
 	// not synced yet cannot hold the API server's request until its own
@@ -102,13 +100,21 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	cfg, err := h.Config.get(lctx)
 	if err != nil {
 		// Without the configuration the webhook cannot tell a host from any
-		// other ServiceAccount; like the policy's parameterNotFoundAction
-		// Deny, it refuses rather than let a host through unverified. Only
-		// ServiceAccount writes of policies in fenced namespaces reach here.
+		// other ServiceAccount, and the policy (parameterNotFoundAction
+		// Allow, so that no controller is blocked) fences nobody: the
+		// webhook refuses rather than let a host through unchecked. Only
+		// policy writes and deletes by ServiceAccounts outside kube-system
+		// in fenced namespaces reach here.
 		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
 		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
 		return configDenial(ciliumFamily, cnpGK, req.Name, h.Config.Name, err,
-			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)")
+			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)")
+	}
+	if req.Operation == admissionv1.Delete {
+		// With the configuration read, the policy judges deletes (the name
+		// prefix and the host's namespaces, contract §4.3 rule 1).
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
+		return admission.Allowed("cilium-fence: deletes are judged by the ValidatingAdmissionPolicy")
 	}
 	if cfg.Spec.HostFor(req.UserInfo.Username) == nil {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
@@ -137,67 +143,6 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		log.Info("admitted with warnings", "warnings", warnings)
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
-}
-
-// SandboxDeleteHandler enforces strict delete (contract §8.4). It is only
-// reached when the strict-delete component routes Sandbox DELETEs here, and
-// it refuses only when spec.strictDelete is set too.
-type SandboxDeleteHandler struct {
-	Config ConfigSource
-	// LookupTimeout bounds the FenceConfig read (DefaultLookupTimeout when
-	// zero).
-	LookupTimeout time.Duration
-	Metrics       *Metrics
-}
-
-// Handle implements admission.Handler.
-func (h *SandboxDeleteHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	log := logf.FromContext(ctx).WithValues("rule", RuleStrictDelete)
-	if req.Kind.Group != sandboxGK.Group || req.Kind.Kind != sandboxGK.Kind || req.SubResource != "" ||
-		req.Operation != admissionv1.Delete {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
-		return admission.Allowed("holder-epoch: only DELETE of Sandbox is checked")
-	}
-	if !isServiceAccount(req.UserInfo.Username) {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
-		return admission.Allowed("holder-epoch: not a ServiceAccount")
-	}
-	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
-	defer cancel()
-	cfg, err := h.Config.get(lctx)
-	if apierrors.IsNotFound(err) {
-		// Strict delete is configuration; with no configuration it is off,
-		// as contract §8.4 makes it by default.
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
-		return admission.Allowed("holder-epoch: no FenceConfig, strict delete is off")
-	}
-	if err != nil {
-		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
-		h.Metrics.decision(RuleStrictDelete, VerdictError, req.Namespace)
-		return configDenial(epochFamily, sandboxGK, req.Name, h.Config.Name, err,
-			"strict delete is off without one") // unreachable: not found is admitted above
-	}
-	if !cfg.Spec.StrictDelete || cfg.Spec.HostFor(req.UserInfo.Username) == nil {
-		h.Metrics.decision(RuleStrictDelete, VerdictSkipped, req.Namespace)
-		return admission.Allowed("holder-epoch: strict delete is off or the requester is not a bound host")
-	}
-	// A stored object that cannot be read is passed as nil, which the rule
-	// treats like a malformed epoch (fail closed).
-	old, _ := decodeObject(req.OldObject.Raw)
-	var opts *metav1.DeleteOptions
-	if len(req.Options.Raw) > 0 {
-		o := &metav1.DeleteOptions{}
-		if json.Unmarshal(req.Options.Raw, o) == nil {
-			opts = o
-		}
-	}
-	if errs := admit.ValidateSandboxDelete(&cfg.Spec, old, opts); len(errs) > 0 {
-		log.Info("denied", "errors", errs.ToAggregate().Error())
-		h.Metrics.decision(RuleStrictDelete, VerdictDenied, req.Namespace)
-		return denial(epochFamily, sandboxGK, req.Name, errs, nil)
-	}
-	h.Metrics.decision(RuleStrictDelete, VerdictAllowed, req.Namespace)
-	return admission.Allowed("")
 }
 
 func orDefault(d time.Duration) time.Duration {
@@ -264,11 +209,22 @@ func decodeOwnerReferences(raw []byte) (*unstructured.Unstructured, error) {
 
 // denial is a 422 Invalid (contract §8.1: never 403, which a host reads as
 // missing RBAC) whose details.causes carry the field paths. The message
-// starts with the rule family.
+// starts with the rule family, and so does every cause: for a 422 with
+// causes kubectl prints only `The <kind> "<name>" is invalid: <field>:
+// <cause>` and drops the message, so each cause says itself which family
+// refused the request and that it was a denial.
 func denial(family string, gk schema.GroupKind, name string, errs field.ErrorList, warnings []string) admission.Response {
 	st := apierrors.NewInvalid(gk, name, errs).Status()
 	st.Message = family + ": " + st.Message
+	for i := range st.Details.Causes {
+		st.Details.Causes[i].Message = deniedPrefix(family) + st.Details.Causes[i].Message
+	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st, Warnings: warnings}}
+}
+
+// deniedPrefix opens the message of every cause of a denial.
+func deniedPrefix(family string) string {
+	return family + ": denied by the sandbox-fence webhook: "
 }
 
 // configDenial answers a request the webhook could not check because its
@@ -287,12 +243,18 @@ func configDenial(family string, gk schema.GroupKind, name, configName string, e
 		}
 		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
 	}
+	msg := fmt.Sprintf("FenceConfig %q not found; %s", configName, whenMissing)
 	st := metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusUnprocessableEntity,
 		Reason:  metav1.StatusReasonInvalid,
-		Message: fmt.Sprintf("%s: FenceConfig %q not found; %s", family, configName, whenMissing),
-		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name},
+		Message: family + ": " + msg,
+		// A 422 with a kind and a name but no cause prints in kubectl as
+		// `The <kind> "<name>" is invalid` and nothing else: the cause
+		// carries the reason.
+		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name, Causes: []metav1.StatusCause{{
+			Type: metav1.CauseTypeFieldValueNotFound, Message: deniedPrefix(family) + msg,
+		}}},
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
 }

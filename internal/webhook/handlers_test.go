@@ -132,6 +132,13 @@ func TestCiliumHandler(t *testing.T) {
 	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).Obj()
 	ownerName := "metadata.ownerReferences[0].name"
 	notFoundMsg := `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`
+	// kubectl prints only the causes of a 422 (The X "n" is invalid:
+	// <field>: <message>), so each carries the family and says it was a
+	// denial (contract §8.1).
+	const denied = "cilium-fence: denied by the sandbox-fence webhook: "
+	missingConfig := `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)`
+	missingConfigCauses := []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound,
+		Message: `cilium-fence: denied by the sandbox-fence webhook: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)`}}
 
 	cases := []struct {
 		name       string
@@ -144,12 +151,52 @@ func TestCiliumHandler(t *testing.T) {
 		wantLive   int
 		wantMetric string
 	}{{
-		name:       "the host's policy whose claim is in the cache is admitted without a live read",
+		name:       "the host's policy whose claim is in the cache and live is admitted after a live read",
 		config:     cfg,
 		cache:      []client.Object{claim},
+		live:       []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want:       verdict{Allowed: true},
+		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
+	}, {
+		// The cache lags the API server: a hit that would admit is
+		// confirmed live, so an owner whose deletion began a moment ago is
+		// refused even before its watch event arrives (contract §4.4 item 1).
+		name:     "a cached owner the API server already shows as deleting is refused",
+		config:   cfg,
+		cache:    []client.Object{claim},
+		live:     []client.Object{tst.MakeClaim("a").Deleting().Obj()},
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		wantLive: 1,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
+				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:     "a cached owner the API server already shows without its pod label is refused",
+		config:   cfg,
+		cache:    []client.Object{claim},
+		live:     []client.Object{tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj()},
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		wantLive: 1,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: ownerName,
+				Message: denied + `Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:   "a cached owner already deleting is refused without a live read: a deletion never reverses",
+		config: cfg,
+		cache:  []client.Object{tst.MakeClaim("a").Deleting().Obj()},
+		live:   []client.Object{claim},
+		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
+				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:       "a claim created a moment ago, not yet in the cache, is found by a live read",
 		config:     cfg,
@@ -174,7 +221,7 @@ func TestCiliumHandler(t *testing.T) {
 		wantLive: 1,
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
-				Message: `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:      "a live read that does not answer in time fails closed with a timeout message",
@@ -184,14 +231,32 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeInternal, Field: ownerName,
-				Message: `Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`}}},
+				Message: denied + `Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`}}},
 		wantMetric: webhook.VerdictError,
 	}, {
 		name:       "a missing FenceConfig refuses a ServiceAccount's policy write and says what to do",
 		cache:      []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes by ServiceAccounts in fenced namespaces until a cluster admin creates it (see docs/webhook.md)`},
+		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig, Causes: missingConfigCauses},
 		wantMetric: webhook.VerdictError,
+	}, {
+		// While the FenceConfig is missing the policy fences nobody (it
+		// cannot tell hosts apart and must not block controllers); the
+		// webhook holds the fail-closed duty for deletes too (contract §8.3).
+		name:       "a missing FenceConfig refuses a ServiceAccount's policy DELETE",
+		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
+		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig, Causes: missingConfigCauses},
+		wantMetric: webhook.VerdictError,
+	}, {
+		name:       "a missing FenceConfig never refuses the garbage collector's update (kube-system is never a host)",
+		req:        cnpRequest(t, admissionv1.Update, "system:serviceaccount:kube-system:generic-garbage-collector", cnp, tst.MakeCNP(claim).OwnerRefs().Obj()),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:       "a missing FenceConfig never refuses the namespace controller's delete",
+		req:        cnpRequest(t, admissionv1.Delete, "system:serviceaccount:kube-system:namespace-controller", cnp, nil),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:       "a missing FenceConfig never refuses a human user",
 		req:        cnpRequest(t, admissionv1.Create, "alice@example.com", nil, cnp),
@@ -204,7 +269,7 @@ func TestCiliumHandler(t *testing.T) {
 		want:       verdict{Allowed: true},
 		wantMetric: webhook.VerdictSkipped,
 	}, {
-		name:       "a DELETE of a policy is not this webhook's business",
+		name:       "with a FenceConfig, a bound host's DELETE is left to the policy, which judges it",
 		config:     cfg,
 		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
 		want:       verdict{Allowed: true},
@@ -230,7 +295,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: object: Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueInvalid, Field: "object",
-				Message: `Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`}}},
+				Message: denied + `Invalid value: null: the request's object is not a decodable CiliumNetworkPolicy: json: cannot unmarshal array into Go value of type map[string]interface {}`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:   "a policy without owner is refused by field, not by a panic",
@@ -239,7 +304,7 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences: Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "metadata.ownerReferences",
-				Message: "Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to"}}},
+				Message: denied + "Required value: a per-sandbox policy needs exactly one ownerReference, to the SandboxClaim or Sandbox it belongs to"}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:   "the owner is looked up in the request's namespace, whatever the body says",
@@ -254,13 +319,15 @@ func TestCiliumHandler(t *testing.T) {
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
-				Message: `Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`}}},
+				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
-		name:   "a suspicious but valid write is admitted with a warning",
-		config: cfg,
-		cache:  []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()},
-		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		name:     "a suspicious but valid write is admitted with a warning",
+		config:   cfg,
+		cache:    []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()},
+		live:     []client.Object{claim},
+		wantLive: 1,
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want: verdict{Allowed: true, Warnings: []string{
 			"cilium-fence: spec.endpointSelector.matchLabels[sandbox.namzu.ai/per-sandbox-egress]: the pod label sandbox.namzu.ai/per-sandbox-egress=a is also carried by SandboxClaim/b, whose pods this policy would also let out; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"}},
 		wantMetric: webhook.VerdictAllowed,
@@ -321,114 +388,6 @@ func decisions(reg *prometheus.Registry, rule, verdictLabel string) float64 {
 		}
 	}
 	return 0
-}
-
-func sandboxDeleteRequest(t testing.TB, user string, old *unstructured.Unstructured, opts any) admission.Request {
-	t.Helper()
-	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID:       "req-2",
-		Kind:      metav1.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"},
-		Resource:  metav1.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"},
-		Name:      "s",
-		Namespace: tst.Namespace,
-		Operation: admissionv1.Delete,
-		UserInfo:  authnv1.UserInfo{Username: user},
-	}}
-	if old != nil {
-		req.OldObject = raw(t, old)
-	}
-	if opts != nil {
-		req.Options = raw(t, opts)
-	}
-	return req
-}
-
-func TestSandboxDeleteHandler(t *testing.T) {
-	strict := tst.MakeConfig(fencev1alpha1.DefaultConfigName).StrictDelete().Obj()
-	fenced := tst.MakeSandbox("s").Epoch("3").Obj()
-	rv := "1001"
-	precondition := &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"},
-		Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
-	const required = `Required value: the stored holder epoch is 3; with spec.strictDelete set, deleting a fenced Sandbox must be a fenced DELETE carrying preconditions.resourceVersion of the read that checked the epoch (contract §3.4)`
-
-	cases := []struct {
-		name       string
-		config     *fencev1alpha1.FenceConfig
-		req        admission.Request
-		want       verdict
-		wantMetric string
-	}{{
-		name:       "the host's fenced DELETE is admitted under strict delete",
-		config:     strict,
-		req:        sandboxDeleteRequest(t, tst.HostUser, fenced, precondition),
-		want:       verdict{Allowed: true},
-		wantMetric: webhook.VerdictAllowed,
-	}, {
-		name:   "the host's unconditional DELETE of a fenced Sandbox is refused under strict delete",
-		config: strict,
-		req:    sandboxDeleteRequest(t, tst.HostUser, fenced, &metav1.DeleteOptions{}),
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
-			Message: `holder-epoch: Sandbox.agents.x-k8s.io "s" is invalid: preconditions.resourceVersion: ` + required,
-			Causes:  []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "preconditions.resourceVersion", Message: required}}},
-		wantMetric: webhook.VerdictDenied,
-	}, {
-		name:   "options that are not DeleteOptions count as no precondition",
-		config: strict,
-		req: func() admission.Request {
-			r := sandboxDeleteRequest(t, tst.HostUser, fenced, nil)
-			r.Options.Raw = []byte(`"garbage"`)
-			return r
-		}(),
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
-			Message: `holder-epoch: Sandbox.agents.x-k8s.io "s" is invalid: preconditions.resourceVersion: ` + required,
-			Causes:  []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueRequired, Field: "preconditions.resourceVersion", Message: required}}},
-		wantMetric: webhook.VerdictDenied,
-	}, {
-		name:       "an unconditional DELETE is admitted while strict delete is off",
-		config:     tst.MakeConfig(fencev1alpha1.DefaultConfigName).Obj(),
-		req:        sandboxDeleteRequest(t, tst.HostUser, fenced, nil),
-		want:       verdict{Allowed: true},
-		wantMetric: webhook.VerdictSkipped,
-	}, {
-		name:       "an unconditional DELETE is admitted when there is no FenceConfig",
-		req:        sandboxDeleteRequest(t, tst.HostUser, fenced, nil),
-		want:       verdict{Allowed: true},
-		wantMetric: webhook.VerdictSkipped,
-	}, {
-		name:       "the agent-sandbox controller's DELETE is never checked",
-		config:     strict,
-		req:        sandboxDeleteRequest(t, "system:serviceaccount:agent-sandbox-system:agent-sandbox-controller", fenced, nil),
-		want:       verdict{Allowed: true},
-		wantMetric: webhook.VerdictSkipped,
-	}, {
-		name:   "a Sandbox update routed here by mistake is admitted untouched",
-		config: strict,
-		req: func() admission.Request {
-			r := sandboxDeleteRequest(t, tst.HostUser, fenced, nil)
-			r.Operation = admissionv1.Update
-			return r
-		}(),
-		want:       verdict{Allowed: true},
-		wantMetric: webhook.VerdictSkipped,
-	}}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var objs []client.Object
-			if tc.config != nil {
-				objs = append(objs, tc.config)
-			}
-			reg := prometheus.NewRegistry()
-			m := webhook.NewMetrics(reg)
-			h := &webhook.SandboxDeleteHandler{Config: webhook.ConfigSource{Reader: fakeReader(t, objs...), Name: fencev1alpha1.DefaultConfigName}, Metrics: m}
-			got := verdictOf(h.Handle(context.Background(), tc.req))
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("response (-want +got):\n%s", diff)
-			}
-			if n := (decisions(reg, webhook.RuleStrictDelete, tc.wantMetric)); n != 1 {
-				t.Errorf("%s{rule=%s,verdict=%s} = %v, want 1", webhook.DecisionsMetric, webhook.RuleStrictDelete, tc.wantMetric, n)
-			}
-		})
-	}
 }
 
 // An unreadable configuration (not merely absent: the cache not synced, or

@@ -78,7 +78,7 @@ func TestHostileAdmissionReviews(t *testing.T) {
 		{name: "an empty body is a bad request", body: nil,
 			want: answer{HTTP: 200, Code: 400, Says: "request body is empty"}},
 		{name: "a review of a ConfigMap is not checked", body: hostileReview("ConfigMap", "CREATE", `{"kind":"ConfigMap"}`),
-			want: answer{HTTP: 200, Allowed: true, Code: 200, Says: "only CREATE and UPDATE of CiliumNetworkPolicy are checked"}},
+			want: answer{HTTP: 200, Allowed: true, Code: 200, Says: "only CREATE, UPDATE and DELETE of CiliumNetworkPolicy are checked"}},
 		{name: "a review without an object is refused", body: hostileReview("CiliumNetworkPolicy", "CREATE", ""),
 			want: answer{HTTP: 200, Code: 422, Says: "cilium-fence: "}},
 		{name: "an array object is refused", body: hostileReview("CiliumNetworkPolicy", "CREATE", `[1,2]`),

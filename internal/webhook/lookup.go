@@ -36,16 +36,20 @@ func newOwnerObject(k admit.OwnerKind) *unstructured.Unstructured {
 	return u
 }
 
-// GetOwner implements admit.OwnerLookup: the cache first; on a miss, a
-// cache error or a different uid (an owner recreated under the same name),
-// a live GET decides.
+// GetOwner implements admit.OwnerLookup. The cache answers only what it
+// cannot get wrong: an owner with this uid that is already being deleted (a
+// deletion never reverses), which the rule refuses. Anything the rule would
+// admit is read live: the cache lags the API server, and an owner whose
+// deletion began, or whose pod label went away, a moment ago must not be
+// trusted from a stale copy (contract §4.4 items 1-2). A miss, a cache error
+// or another uid (an owner recreated under the same name) is read live too.
 func (l *OwnerLookup) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	u := newOwnerObject(k)
 	start := time.Now()
 	err := l.Cache.Get(ctx, key, u)
 	l.Metrics.lookup(k.GVK.Kind, "cache", lookupResult(err), time.Since(start))
-	if err == nil && u.GetUID() == uid {
+	if err == nil && u.GetUID() == uid && u.GetDeletionTimestamp() != nil {
 		u.SetGroupVersionKind(k.GVK)
 		return u, nil
 	}

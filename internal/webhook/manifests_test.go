@@ -66,8 +66,12 @@ func wantEntry(name, path string, rule admissionregistrationv1.RuleWithOperation
 			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
 				Values: []string{"kube-system", "kube-node-lease", "sandbox-fence-system"}}},
 		},
+		// contract §8.7: a bound host is a ServiceAccount outside kube-system;
+		// no human user and no controller of the cluster ever reaches the
+		// webhook, so a missing FenceConfig can block none of them.
 		MatchConditions: []admissionregistrationv1.MatchCondition{
 			{Name: "service-accounts-only", Expression: "request.userInfo.username.startsWith('system:serviceaccount:')"},
+			{Name: "not-kube-system", Expression: "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"},
 			{Name: "not-the-webhook-itself", Expression: "request.userInfo.username != 'system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook'"},
 		},
 		ServiceName: "sandbox-fence-webhook", ServiceNS: "sandbox-fence-system", ServicePort: 443, CABundleLeftForInjection: true,
@@ -82,28 +86,27 @@ func rule(group, version, resource string, ops ...admissionregistrationv1.Operat
 func TestShippedWebhookConfiguration(t *testing.T) {
 	cilium := wantEntry("cilium-egress.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
 		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Create, admissionregistrationv1.Update))
-	del := wantEntry("sandbox-delete.fence.sandbox.namzu.ai", webhook.SandboxDeletePath,
-		rule("agents.x-k8s.io", "v1beta1", "sandboxes", admissionregistrationv1.Delete))
+	// The policy judges deletes; this entry refuses them only while the
+	// FenceConfig is missing (contract §8.3). Ignore, so that a webhook
+	// outage never blocks the removal of an allowance while the policy runs.
+	ciliumDelete := wantEntry("cilium-egress-delete.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
+		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Delete))
+	ciliumDelete.FailurePolicy = admissionregistrationv1.Ignore
 	cases := []struct {
 		name       string
 		dir        string
 		components []string
 		want       []entry
 	}{{
-		// The default install never routes a Sandbox DELETE to the webhook:
-		// strict delete is off by default (contract §8.4).
-		name: "the default install routes only policy writes to the webhook",
+		// No Sandbox or claim request ever reaches the webhook: strict
+		// delete is a ValidatingAdmissionPolicy (contract §8.4).
+		name: "the default install routes only policy writes and deletes to the webhook",
 		dir:  "webhook",
-		want: []entry{cilium},
-	}, {
-		name:       "the strict-delete component adds the Sandbox DELETE entry on its own path",
-		dir:        "webhook",
-		components: []string{"webhook/components/strict-delete"},
-		want:       []entry{cilium, del},
+		want: []entry{cilium, ciliumDelete},
 	}, {
 		name: "the cert-manager overlay routes the same requests",
 		dir:  "webhook/overlays/cert-manager",
-		want: []entry{cilium},
+		want: []entry{cilium, ciliumDelete},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,11 +27,8 @@ const MaxNamespaceLabels = 64
 // OtherNamespace is the namespace label beyond MaxNamespaceLabels.
 const OtherNamespace = "_other"
 
-// Rule labels of the decisions counter.
-const (
-	RuleCiliumOwner  = "cilium-owner"
-	RuleStrictDelete = "strict-delete"
-)
+// RuleCiliumOwner is the rule label of the decisions counter.
+const RuleCiliumOwner = "cilium-owner"
 
 // Verdict labels of the decisions counter.
 const (
@@ -43,7 +40,7 @@ const (
 	// FenceConfig, an owner lookup) could not be read; fails closed.
 	VerdictError = "error"
 	// VerdictSkipped: the request is outside the rule (not a bound host,
-	// another kind or operation, strict delete off).
+	// another kind or operation, a delete the policy judges).
 	VerdictSkipped = "skipped"
 )
 

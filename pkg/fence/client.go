@@ -227,30 +227,71 @@ func patchBody(in PatchInput) (types.PatchType, []byte, error) {
 // 409, three attempts at most. A Sandbox already gone counts as deleted.
 func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint64) error {
 	what := "sandbox " + namespace + "/" + name
+	return fencedDelete(ctx, c.sandboxes(namespace), name, what, epoch, func(obj *unstructured.Unstructured) error {
+		return ReadHolderEpoch(obj).check(what, *epoch)
+	})
+}
+
+// DeleteClaim deletes a SandboxClaim, and with it (garbage collection) the
+// Sandbox the claim owns. With an epoch it is the fenced claim DELETE that
+// strict delete requires (contract §8.4): it reads the claim and the
+// Sandboxes the claim owns, refuses locally, sending nothing, when one's
+// stored epoch is above the held one or malformed, and DELETEs the claim
+// with preconditions.resourceVersion of that read; on a 409 it reads,
+// checks and retries, three attempts at most. A claim already gone counts
+// as deleted. The precondition ties the DELETE to the claim the check
+// read; the Sandbox's epoch is checked here only, since the server cannot
+// see it from the claim (contract §7).
+func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch *uint64) error {
+	what := "sandbox claim " + namespace + "/" + name
+	return fencedDelete(ctx, c.dyn.Resource(SandboxClaimGVR).Namespace(namespace), name, what, epoch, func(claim *unstructured.Unstructured) error {
+		sandboxes, err := c.sandboxes(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return classify(err, "list the sandboxes of "+what)
+		}
+		for i := range sandboxes.Items {
+			s := &sandboxes.Items[i]
+			if !ownedBy(s, claim.GetUID()) {
+				continue
+			}
+			if err := ReadHolderEpoch(s).check("sandbox "+namespace+"/"+s.GetName()+" of "+what, *epoch); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// fencedDelete is the DELETE of contract §3.4 for the object name of ri.
+// Without an epoch it sends an unconditional DELETE. With one it reads the
+// object, lets check refuse (an error sends nothing), DELETEs with
+// preconditions.resourceVersion of that read, and on a 409 reads, checks
+// and retries, three attempts at most. An object already gone counts as
+// deleted.
+func fencedDelete(ctx context.Context, ri dynamic.ResourceInterface, name, what string, epoch *uint64, check func(*unstructured.Unstructured) error) error {
 	if epoch == nil {
-		err := c.sandboxes(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+		err := ri.Delete(ctx, name, metav1.DeleteOptions{})
 		if err == nil || isGone(err) {
 			return nil
 		}
 		return classify(err, "delete "+what)
 	}
 	for attempt := 1; ; attempt++ {
-		obj, err := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
+		obj, err := ri.Get(ctx, name, metav1.GetOptions{})
 		if isGone(err) {
 			return nil
 		}
 		if err != nil {
 			return classify(err, "read "+what)
 		}
-		read := ReadHolderEpoch(obj)
-		if err := read.check(what, *epoch); err != nil {
+		if err := check(obj); err != nil {
 			return err
 		}
-		if read.ResourceVersion == "" {
+		rv := obj.GetResourceVersion()
+		if rv == "" {
 			return fmt.Errorf("delete %s: the read carries no resourceVersion; refusing an unconditional DELETE", what)
 		}
-		rv := read.ResourceVersion
-		err = c.sandboxes(namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		err = ri.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 		switch {
 		case err == nil || isGone(err):
 			return nil
@@ -260,6 +301,15 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 			return fmt.Errorf("delete %s: the object kept changing for %d attempts: %w", what, maxAttempts, classify(err, ""))
 		}
 	}
+}
+
+func ownedBy(obj *unstructured.Unstructured, uid types.UID) bool {
+	for _, r := range obj.GetOwnerReferences() {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // ApplyEgress writes the per-sandbox policy of in (contract §4.1): POST, on 409 a

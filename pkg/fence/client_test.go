@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -418,6 +419,145 @@ func TestClientDelete(t *testing.T) {
 			}
 			if gone := f.get("sandboxes", "ns", "a") == nil; gone != tt.wantGone {
 				t.Errorf("sandbox gone = %v, want %v", gone, tt.wantGone)
+			}
+			if tt.wantBody != "" {
+				if diff := cmp.Diff(parseJSON(t, tt.wantBody), parseJSON(t, deletes[0].Body)); diff != "" {
+					t.Errorf("DELETE body (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+const claimPath = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/ns/sandboxclaims/c"
+
+// makeClaim is the claim "c" (uid uid-c) in ns.
+func makeClaim() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
+		"metadata": map[string]any{"name": "c", "namespace": "ns", "uid": "uid-c"},
+		"spec":     map[string]any{"warmPoolRef": map[string]any{"name": "pool"}},
+	}}
+}
+
+// ownedByClaim makes the Sandbox the claim owns, as the claim controller's
+// adopted one.
+func ownedByClaim(b *sandboxBuilder) *sandboxBuilder {
+	b.u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "extensions.agents.x-k8s.io/v1beta1", Kind: "SandboxClaim", Name: "c", UID: "uid-c"}})
+	return b
+}
+
+// Under strict delete a bound host's claim DELETE must carry
+// preconditions.resourceVersion (contract §8.4); the server cannot see the
+// claim's Sandbox, so the client checks that Sandbox's epoch first.
+func TestClientDeleteClaim(t *testing.T) {
+	tests := []struct {
+		name      string
+		sandboxes []*sandboxBuilder
+		noClaim   bool
+		hooks     func(f *fakeAPI)
+		epoch     *uint64
+		wantIs    error
+		deletes   int
+		wantGone  bool
+		wantBody  string
+	}{
+		{
+			name:      "a fenced claim delete checks the claim's Sandbox and carries the claim read's resourceVersion",
+			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("2"))},
+			epoch:     ptr(uint64(2)),
+			deletes:   1, wantGone: true,
+			wantBody: `{"apiVersion":"v1","kind":"DeleteOptions","preconditions":{"resourceVersion":"1001"}}`,
+		},
+		{
+			name:      "a claim whose Sandbox a newer holder took sends no DELETE",
+			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("3"))},
+			epoch:     ptr(uint64(2)),
+			wantIs:    ErrStaleEpoch,
+		},
+		{
+			name:      "a claim whose Sandbox carries a malformed epoch sends no DELETE",
+			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("01"))},
+			epoch:     ptr(uint64(2)),
+			wantIs:    ErrUnreadableEpoch,
+		},
+		{
+			name:      "Sandboxes the claim does not own do not count",
+			sandboxes: []*sandboxBuilder{makeSandbox("a").Epoch("9")},
+			epoch:     ptr(uint64(2)),
+			deletes:   1, wantGone: true,
+		},
+		{
+			name:    "a claim without a Sandbox yet is deleted with its precondition",
+			epoch:   ptr(uint64(2)),
+			deletes: 1, wantGone: true,
+			wantBody: `{"apiVersion":"v1","kind":"DeleteOptions","preconditions":{"resourceVersion":"1001"}}`,
+		},
+		{
+			name:      "a 409 is re-read, re-checked and retried",
+			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("2"))},
+			hooks: func(f *fakeAPI) {
+				f.on(http.MethodDelete, "sandboxclaims", 1, func(f *fakeAPI, _ request) reply {
+					f.touch(claimPath, func(*unstructured.Unstructured) {})
+					return reply{}
+				})
+			},
+			epoch:   ptr(uint64(2)),
+			deletes: 2, wantGone: true,
+		},
+		{
+			name:      "a retry refuses once another host raised the Sandbox's epoch",
+			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("2"))},
+			hooks: func(f *fakeAPI) {
+				f.on(http.MethodDelete, "sandboxclaims", 1, func(f *fakeAPI, r request) reply {
+					f.touch(claimPath, func(*unstructured.Unstructured) {})
+					return raiseEpoch("3")(f, r)
+				})
+			},
+			epoch:   ptr(uint64(2)),
+			wantIs:  ErrStaleEpoch,
+			deletes: 1,
+		},
+		{
+			name:     "a claim already gone counts as deleted",
+			noClaim:  true,
+			epoch:    ptr(uint64(2)),
+			wantGone: true,
+		},
+		{
+			name:      "an unfenced claim delete has no preconditions and reads nothing",
+			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("9"))},
+			deletes:   1, wantGone: true,
+			wantBody: `{"apiVersion":"v1","kind":"DeleteOptions"}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, c := newHarness(t, nil)
+			if !tt.noClaim {
+				claim := makeClaim()
+				claim.SetResourceVersion("1001")
+				f.put("sandboxclaims", claim)
+			}
+			for _, sb := range tt.sandboxes {
+				f.put("sandboxes", sb.Obj())
+			}
+			if tt.hooks != nil {
+				tt.hooks(f)
+			}
+			err := c.DeleteClaim(context.Background(), "ns", "c", tt.epoch)
+			if tt.wantIs == nil && err != nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Fatalf("error %v, want %v", err, tt.wantIs)
+			}
+			deletes := f.sent(http.MethodDelete)
+			if len(deletes) != tt.deletes {
+				t.Errorf("sent %d DELETEs, want %d", len(deletes), tt.deletes)
+			}
+			if gone := f.get("sandboxclaims", "ns", "c") == nil; gone != tt.wantGone {
+				t.Errorf("claim gone = %v, want %v", gone, tt.wantGone)
+			}
+			if tt.epoch == nil && len(f.sent(http.MethodGet)) != 0 {
+				t.Errorf("an unfenced delete read %d objects, want none", len(f.sent(http.MethodGet)))
 			}
 			if tt.wantBody != "" {
 				if diff := cmp.Diff(parseJSON(t, tt.wantBody), parseJSON(t, deletes[0].Body)); diff != "" {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,7 @@ func newFakeAPI(t *testing.T) (*fakeAPI, dynamic.Interface) {
 func objectPath(resource, namespace, name string) string {
 	gvr := map[string]string{
 		"sandboxes":                         SandboxGVR.GroupVersion().String(),
+		"sandboxclaims":                     SandboxClaimGVR.GroupVersion().String(),
 		"ciliumnetworkpolicies":             CiliumNetworkPolicyGVR.GroupVersion().String(),
 		"validatingadmissionpolicies":       validatingAdmissionPolicyGVR.GroupVersion().String(),
 		"validatingadmissionpolicybindings": validatingAdmissionPolicyBindingGVR.GroupVersion().String(),
@@ -125,6 +127,27 @@ func (f *fakeAPI) sent(method string) []request {
 	return out
 }
 
+// list answers a GET of a collection path (one that ends in a resource the
+// store knows): the stored objects under it, in path order.
+func (f *fakeAPI) list(path string) ([]any, bool) {
+	resource := path[strings.LastIndexByte(path, '/')+1:]
+	if objectPath(resource, "x", "x") == "/apis//namespaces/x/"+resource+"/x" {
+		return nil, false
+	}
+	var paths []string
+	for p := range f.objects {
+		if strings.HasPrefix(p, path+"/") && !strings.Contains(strings.TrimPrefix(p, path+"/"), "/") {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	items := []any{}
+	for _, p := range paths {
+		items = append(items, f.objects[p])
+	}
+	return items, true
+}
+
 func status(code int, reason, message string) reply {
 	return reply{code, map[string]any{
 		"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -165,6 +188,10 @@ func (f *fakeAPI) handle(r request) reply {
 	name := r.Path[strings.LastIndexByte(r.Path, '/')+1:]
 	switch r.Method {
 	case http.MethodGet:
+		if items, ok := f.list(r.Path); ok {
+			return reply{http.StatusOK, map[string]any{"apiVersion": "v1", "kind": "List",
+				"metadata": map[string]any{"resourceVersion": strconv.Itoa(f.rv)}, "items": items}}
+		}
 		if !exists {
 			return status(http.StatusNotFound, "NotFound", fmt.Sprintf("%q not found", name))
 		}
