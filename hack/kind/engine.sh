@@ -77,6 +77,7 @@ up() {
     say "a previous engine left $state: cleaning it first"
     down
   fi
+  foreign_engine
   mkdir -p "$state"/{data,exec,cli}
   # What the host looked like before, so down puts it back.
   {
@@ -118,6 +119,40 @@ up() {
   printf 'DOCKER_HOST=%s\nDOCKER_CONFIG=%s\n' "$DOCKER_HOST" "$DOCKER_CONFIG"
 }
 
+# foreign_engine handles what another checkout's engine (another state
+# directory) made: the bridge and chain names are fixed, so two engines
+# cannot run at once. A live one is refused with the command that stops it;
+# the leftovers of one that died without down (a killed CI job) are removed.
+# foreign_pid prints the pid of a running engine of ours (runcwrap as its
+# default runtime) whose state is not this one.
+foreign_pid() {
+  local pid
+  for pid in $(pgrep -x dockerd || true); do
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--default-runtime runcwrap" || continue
+    [[ $(foreign_state "$pid") == "$state" ]] && continue
+    echo "$pid"
+    return
+  done
+}
+foreign_state() {
+  local s
+  s=$(tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | sed -n '/^--pidfile$/{n;p}')
+  echo "${s%/dockerd.pid}"
+}
+
+foreign_engine() {
+  local pid
+  pid=$(foreign_pid)
+  [[ -z $pid ]] || fail "another sandbox-fence engine is running (dockerd pid $pid, state $(foreign_state "$pid")) and owns bridge $bridge: stop it with 'KIND_ENGINE_STATE=$(foreign_state "$pid") hack/kind/engine.sh down', then run again"
+  local stale=0
+  ip link show "$bridge" >/dev/null 2>&1 && stale=1
+  command -v iptables >/dev/null && iptables -S "$guard" >/dev/null 2>&1 && stale=1
+  ((stale)) || return 0
+  say "bridge $bridge or chain $guard is left from an engine that no longer runs: removing them"
+  ip link delete "$bridge" 2>/dev/null || true
+  iptables_clean
+}
+
 # iptables_clean removes every rule that jumps to one of our chains or
 # names our bridge, then the chains themselves (the filter and nat tables,
 # where dockerd writes).
@@ -125,7 +160,7 @@ iptables_clean() {
   command -v iptables >/dev/null || return 0
   local t rule chain
   for t in filter nat; do
-    iptables -t "$t" -S 2>/dev/null | grep -E -- "-A [A-Z]+ .*(-j (DOCKER[A-Z0-9-]*|$guard)\b|$bridge)" | while read -r rule; do
+    { iptables -t "$t" -S 2>/dev/null | grep -E -- "-A [A-Z]+ .*(-j (DOCKER[A-Z0-9-]*|$guard)\b|$bridge)" || true; } | while read -r rule; do
       # shellcheck disable=SC2086 # the rule is re-split into its words on purpose
       iptables -t "$t" ${rule/-A /-D } 2>/dev/null || true
     done
@@ -139,6 +174,13 @@ iptables_clean() {
 }
 
 down() {
+  if [[ -n $(foreign_pid) ]]; then
+    # up refused to start next to another engine: the bridge, the chains
+    # and the host settings are that engine's, so only our state goes.
+    say "another engine runs (dockerd pid $(foreign_pid)): leaving its bridge, chains and settings alone"
+    rm -rf "$state"
+    return 0
+  fi
   if running; then
     local pid
     pid=$(cat "$pidfile")
