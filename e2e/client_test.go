@@ -79,7 +79,7 @@ func TestHostLibraryLifeCycleAgainstTheFence(t *testing.T) {
 	if _, err := c.Suspend(ctx, ns, n, nil); err != nil {
 		t.Fatalf("unfenced suspend of a fenced workspace: %v", err)
 	}
-	if _, err := c.Stamp(ctx, ns, n, 3); err != nil {
+	if _, err := c.Stamp(ctx, ns, n, ptr(uint64(3))); err != nil {
 		t.Fatalf("stamp at epoch 3: %v", err)
 	}
 	if got := epochOf(t, ns, n); got != "3" {

@@ -197,7 +197,7 @@ func race(ctx context.Context, t *testing.T) raceResult {
 					out, err = c.Resume(ctx, ns, n, ptr(epoch))
 				default:
 					op = "stamp"
-					out, err = c.Stamp(ctx, ns, n, epoch)
+					out, err = c.Stamp(ctx, ns, n, &epoch)
 				}
 				mu.Lock()
 				if raw {

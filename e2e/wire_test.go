@@ -257,7 +257,7 @@ func TestFencedDeleteStopsWhenANewHolderMovedIn(t *testing.T) {
 	sbx := sandboxWithEpoch(t, "3")
 	ns, n := sbx.GetNamespace(), sbx.GetName()
 	newHolder := func() error {
-		_, err := hostClient(t).Stamp(ctx, ns, n, 4)
+		_, err := hostClient(t).Stamp(ctx, ns, n, ptr(uint64(4)))
 		return err
 	}
 	c, codes := deleteInterleaved(t, env.Host, newHolder)

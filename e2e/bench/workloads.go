@@ -139,7 +139,7 @@ func workloads(hc *hostClients, f *fixtures) []workload {
 				_, err = hc.fence.Resume(ctx, f.ns, name, &e)
 			case 2:
 				e++
-				if _, err = hc.fence.Stamp(ctx, f.ns, name, e); err == nil {
+				if _, err = hc.fence.Stamp(ctx, f.ns, name, &e); err == nil {
 					f.epochs[i] = e
 				}
 			}

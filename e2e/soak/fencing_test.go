@@ -191,7 +191,7 @@ func TestFencingSoak(t *testing.T) {
 					case 1:
 						out, err = host.Resume(ctx, ns, name, &e)
 					default:
-						out, err = host.Stamp(ctx, ns, name, e)
+						out, err = host.Stamp(ctx, ns, name, &e)
 					}
 				}
 				switch {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/clock"
 )
 
 // maxAttempts bounds every retry loop of contract §3.3 and 3.4.
@@ -29,8 +29,9 @@ type Options struct {
 	// LabelKey is the per-sandbox endpointSelector key used when a
 	// PolicyInput names none; "" means DefaultPerSandboxLabelKey.
 	LabelKey string
-	// Now stamps operating-mode-changed-at; nil means time.Now.
-	Now func() time.Time
+	// Clock stamps operating-mode-changed-at; nil means the wall clock.
+	// Tests pass a k8s.io/utils/clock/testing fake.
+	Clock clock.PassiveClock
 }
 
 // Client drives Sandboxes and per-sandbox egress policies through the
@@ -41,8 +42,10 @@ type Options struct {
 // ErrGone, ErrFenceNotInstalled, ErrReadBackMismatch) or are an
 // *AdmissionDeniedError; the API error stays reachable with errors.As.
 //
-// Every epoch argument is optional: nil sends the unfenced request the host
-// always sent (contract §3.3), which the server admits without looking at epochs.
+// Every method takes the held epoch the same way, as *uint64 (ptr.To from
+// k8s.io/utils/ptr builds one): nil sends the unfenced request the host
+// always sent (contract §3.3), which the server admits without looking at
+// epochs. Stamp, whose whole job is the epoch, refuses nil.
 type Client struct {
 	dyn         dynamic.Interface
 	opts        Options
@@ -60,8 +63,8 @@ func NewClient(dyn dynamic.Interface, opts Options) *Client {
 	if opts.LabelKey == "" {
 		opts.LabelKey = DefaultPerSandboxLabelKey
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Client{dyn: dyn, opts: opts}
 }
@@ -114,15 +117,19 @@ func (c *Client) Resume(ctx context.Context, namespace, name string, epoch *uint
 }
 
 func (c *Client) setMode(ctx context.Context, namespace, name, mode string, epoch *uint64) (*unstructured.Unstructured, error) {
-	return c.write(ctx, namespace, name, epoch, func(_ *unstructured.Unstructured, read Reading) PatchInput {
-		return PatchInput{Read: read, Epoch: epoch, Mode: mode, ChangedAt: FormatChangedAt(c.opts.Now())}
+	return c.write(ctx, namespace, name, epoch, func(_ *unstructured.Unstructured, read Reading) (PatchInput, error) {
+		return PatchInput{Read: read, Epoch: epoch, Mode: mode, ChangedAt: FormatChangedAt(c.opts.Clock.Now())}, nil
 	})
 }
 
 // Stamp writes the epoch alone onto a workspace already in the wanted mode.
-func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch uint64) (*unstructured.Unstructured, error) {
-	return c.write(ctx, namespace, name, &epoch, func(_ *unstructured.Unstructured, read Reading) PatchInput {
-		return PatchInput{Read: read, Epoch: &epoch}
+// A nil epoch is refused locally: there is nothing to stamp.
+func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
+	if epoch == nil {
+		return nil, fmt.Errorf("stamp sandbox %s/%s: an epoch is required (pass ptr.To(uint64(n)))", namespace, name)
+	}
+	return c.write(ctx, namespace, name, epoch, func(_ *unstructured.Unstructured, read Reading) (PatchInput, error) {
+		return PatchInput{Read: read, Epoch: epoch}, nil
 	})
 }
 
@@ -138,26 +145,27 @@ func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, te
 	if err != nil {
 		return nil, err
 	}
-	var notSuspended error
-	out, err := c.write(ctx, namespace, name, epoch, func(obj *unstructured.Unstructured, read Reading) PatchInput {
-		notSuspended = nil
+	return c.write(ctx, namespace, name, epoch, func(obj *unstructured.Unstructured, read Reading) (PatchInput, error) {
 		if mode, _, _ := unstructured.NestedString(obj.Object, "spec", "operatingMode"); mode != ModeSuspended {
-			notSuspended = fmt.Errorf("%w: sandbox %s/%s is %q; a template refresh needs it Suspended", ErrPatchNotApplied, namespace, name, mode)
+			return PatchInput{}, fmt.Errorf("%w: sandbox %s/%s is %q; a template refresh needs it Suspended", ErrPatchNotApplied, namespace, name, mode)
 		}
 		return PatchInput{
-			Read: read, Epoch: epoch, Mode: ModeRunning, ChangedAt: FormatChangedAt(c.opts.Now()),
+			Read: read, Epoch: epoch, Mode: ModeRunning, ChangedAt: FormatChangedAt(c.opts.Clock.Now()),
 			ExtraAnnotations: []Annotation{{AnnotationPodTemplateHash, hash}},
 			PodTemplate:      template,
 			ExtraTests:       []Operation{{OpTest, "/spec/operatingMode", ModeSuspended}},
-		}
-	}, func() error { return notSuspended })
-	return out, err
+		}, nil
+	})
 }
+
+// buildPatch turns the object as read into the patch to send, or refuses
+// the write locally with an error (nothing is sent).
+type buildPatch func(obj *unstructured.Unstructured, read Reading) (PatchInput, error)
 
 // write runs one fenced or unfenced PATCH of contract §3.3: gate read, refuse
 // locally, send, and on a 422 re-read and retry only if the object moved.
-// Optional refusers run after each build and stop the write locally.
-func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint64, input func(*unstructured.Unstructured, Reading) PatchInput, refusers ...func() error) (*unstructured.Unstructured, error) {
+// build runs on every read, so a refusal sees the object as it is now.
+func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint64, build buildPatch) (*unstructured.Unstructured, error) {
 	what := "sandbox " + namespace + "/" + name
 	obj, err := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -170,11 +178,9 @@ func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint6
 				return nil, err
 			}
 		}
-		in := input(obj, read)
-		for _, refuse := range refusers {
-			if err := refuse(); err != nil {
-				return nil, err
-			}
+		in, err := build(obj, read)
+		if err != nil {
+			return nil, err
 		}
 		patchType, body, err := patchBody(in)
 		if err != nil {

@@ -11,9 +11,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
-var clock = func() time.Time { return time.Date(2026, 8, 1, 9, 0, 0, 0, time.UTC) }
+var testClock = clocktesting.NewFakePassiveClock(time.Date(2026, 8, 1, 9, 0, 0, 0, time.UTC))
 
 const sandboxPath = "/apis/agents.x-k8s.io/v1beta1/namespaces/ns/sandboxes/a"
 
@@ -24,7 +25,7 @@ func newHarness(t *testing.T, sb *sandboxBuilder) (*fakeAPI, *Client) {
 	if sb != nil {
 		f.put("sandboxes", sb.Obj())
 	}
-	return f, NewClient(dyn, Options{Now: clock})
+	return f, NewClient(dyn, Options{Clock: testClock})
 }
 
 func storedEpoch(f *fakeAPI) string {
@@ -98,7 +99,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			name:    "a stamp sends the epoch alone",
 			sandbox: makeSandbox("a").Epoch("2"),
 			run: func(c *Client) error {
-				_, err := c.Stamp(context.Background(), "ns", "a", 3)
+				_, err := c.Stamp(context.Background(), "ns", "a", ptr(uint64(3)))
 				return err
 			},
 			contentType: "application/json-patch+json",
@@ -316,6 +317,17 @@ func TestClientWriteErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAStampWithoutAnEpochIsRefusedSendingNothing(t *testing.T) {
+	f, c := newHarness(t, makeSandbox("a").Epoch("2"))
+	_, err := c.Stamp(context.Background(), "ns", "a", nil)
+	if err == nil || !strings.Contains(err.Error(), "an epoch is required") {
+		t.Fatalf("Stamp(nil) = %v, want a local refusal saying an epoch is required", err)
+	}
+	if got := len(f.sent(http.MethodGet)) + len(f.sent(http.MethodPatch)); got != 0 {
+		t.Errorf("sent %d requests, want none", got)
 	}
 }
 

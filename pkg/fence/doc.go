@@ -40,8 +40,11 @@
 //		// the server-side fence refused: denied.Policy, denied.Message
 //	}
 //
-// Every epoch argument is optional; nil sends the unfenced requests a host
-// without epochs always sent, which the server still admits.
+// Every epoch argument is a *uint64 (ptr.To from k8s.io/utils/ptr): nil
+// sends the unfenced requests a host without epochs always sent, which the
+// server still admits; only Stamp requires one. Hosts that hold the
+// Interface rather than a *Client can unit-test against fencetest.Fake;
+// Options.Clock takes a k8s.io/utils/clock fake.
 //
 // The package imports nothing of the project's internals: it is the public
 // client, and the admission side only ever sees the bytes it sends.

@@ -19,7 +19,11 @@ var (
 	// on an object that did not move, so a test clause (or the patch itself)
 	// failed for a reason a retry cannot fix.
 	ErrPatchNotApplied = errors.New("patch not applied")
-	// ErrConflict: a 409 that survived every retry.
+	// ErrConflict: the API server answered 409 (Conflict, or AlreadyExists
+	// on a create). The fenced DELETE retries a precondition conflict up to
+	// three times and wraps the last one; every other method returns the
+	// first 409 it gets (AlreadyExists on a create: a PATCH carries no
+	// resourceVersion, so the API server retries its conflicts itself).
 	ErrConflict = errors.New("conflict")
 	// ErrGone: the object does not exist (404 or 410).
 	ErrGone = errors.New("object gone")
