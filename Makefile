@@ -48,8 +48,8 @@ gotest = $(GO) test -json $(2) 2>&1 | $(BIN)/testreport -run $(1) \
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m\n"} \
-	  /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 } \
+	@awk -v kind_cluster='$(KIND_CLUSTER)' 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m\n"} \
+	  /^[a-zA-Z_0-9-]+:.*?##/ { gsub(/\$$\(KIND_CLUSTER\)/, kind_cluster, $$2); printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 } \
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Test

@@ -53,3 +53,18 @@ func withoutE2EEnv(env []string) []string {
 	}
 	return out
 }
+
+// make help is the Makefile's table of contents: a target's description
+// that names a variable shows its value, never the literal reference.
+func TestMakeHelpExpandsTheVariablesItNames(t *testing.T) {
+	out, err := exec.Command("make", "-s", "-C", "..", "help", "KIND_CLUSTER=kc-from-test").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make help: %v\n%s", err, out)
+	}
+	if bytes.Contains(out, []byte("$(")) {
+		t.Errorf("make help prints an unexpanded variable reference:\n%s", out)
+	}
+	if !bytes.Contains(out, []byte("kind cluster kc-from-test")) {
+		t.Errorf("make help does not show KIND_CLUSTER's value in kind-load's description:\n%s", out)
+	}
+}
