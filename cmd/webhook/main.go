@@ -152,7 +152,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	}
 	srv.Register(webhook.CiliumEgressPath, enforce(&webhook.CiliumHandler{
 		Config:        cfg,
-		Owners:        &webhook.OwnerLookup{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Metrics: m},
+		Owners:        &webhook.CachedOwners{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Metrics: m},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
 	}, "cilium.io/v2", "CiliumNetworkPolicy"))

@@ -29,7 +29,7 @@ func fuzzServer(t testing.TB) http.Handler {
 	mux := http.NewServeMux()
 	noRecover := false
 	mux.Handle(webhook.CiliumEgressPath, &admission.Webhook{RecoverPanic: &noRecover, Handler: &webhook.CiliumHandler{
-		Config: src, Owners: &webhook.OwnerLookup{Cache: cache, Live: cache}, LookupTimeout: time.Second,
+		Config: src, Owners: &webhook.CachedOwners{Cache: cache, Live: cache}, LookupTimeout: time.Second,
 	}})
 	return mux
 }

@@ -348,7 +348,7 @@ func TestCiliumHandler(t *testing.T) {
 			cache := fakeReader(t, cacheObjs...)
 			h := &webhook.CiliumHandler{
 				Config:        webhook.ConfigSource{Reader: cache, Name: fencev1alpha1.DefaultConfigName},
-				Owners:        &webhook.OwnerLookup{Cache: cache, Live: liveReader, Metrics: m},
+				Owners:        &webhook.CachedOwners{Cache: cache, Live: liveReader, Metrics: m},
 				LookupTimeout: 100 * time.Millisecond,
 				Metrics:       m,
 			}

@@ -14,12 +14,12 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 )
 
-// OwnerLookup reads owners from an informer cache and confirms anything the
+// CachedOwners reads owners from an informer cache and confirms anything the
 // cache cannot vouch for with a live GET. The host creates the claim (or
 // Sandbox) and its policy back to back, so the cache routinely lags behind
 // the policy write by a few milliseconds; refusing then would break the
 // host's normal path.
-type OwnerLookup struct {
+type CachedOwners struct {
 	// Cache is the informer-backed reader (the manager's cache).
 	Cache client.Reader
 	// Live reads straight from the API server (the manager's APIReader).
@@ -28,7 +28,7 @@ type OwnerLookup struct {
 	Metrics *Metrics
 }
 
-var _ admit.OwnerLookup = (*OwnerLookup)(nil)
+var _ admit.OwnerLookup = (*CachedOwners)(nil)
 
 func newOwnerObject(k admit.OwnerKind) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
@@ -43,7 +43,7 @@ func newOwnerObject(k admit.OwnerKind) *unstructured.Unstructured {
 // deletion began, or whose pod label went away, a moment ago must not be
 // trusted from a stale copy (contract §4.4 items 1-2). A miss, a cache error
 // or another uid (an owner recreated under the same name) is read live too.
-func (l *OwnerLookup) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error) {
+func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	u := newOwnerObject(k)
 	start := time.Now()
@@ -73,7 +73,7 @@ func (l *OwnerLookup) GetOwner(ctx context.Context, k admit.OwnerKind, namespace
 // ListOwners implements admit.OwnerLookup from the cache only: the
 // uniqueness check is advisory by nature (a duplicate can be created right
 // after the policy), so informer lag is acceptable there.
-func (l *OwnerLookup) ListOwners(ctx context.Context, k admit.OwnerKind, namespace string) ([]unstructured.Unstructured, error) {
+func (l *CachedOwners) ListOwners(ctx context.Context, k admit.OwnerKind, namespace string) ([]unstructured.Unstructured, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
 	start := time.Now()

@@ -174,7 +174,7 @@ func Handler(reg prometheus.Registerer) http.Handler {
 	m := webhook.NewMetrics(reg)
 	return &admission.Webhook{Handler: &webhook.CiliumHandler{
 		Config:  webhook.ConfigSource{Reader: mem, Name: cfg.Name},
-		Owners:  &webhook.OwnerLookup{Cache: mem, Live: mem, Metrics: m},
+		Owners:  &webhook.CachedOwners{Cache: mem, Live: mem, Metrics: m},
 		Metrics: m,
 	}}
 }
