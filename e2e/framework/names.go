@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // Identities and namespaces that mirror a production install (contract §6): the
@@ -51,10 +52,10 @@ func ServiceAccountUser(ns, name string) string {
 
 // Resources the suite touches.
 var (
-	SandboxGVR     = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
+	SandboxGVR     = fence.SandboxGVR
 	SandboxV1a1GVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1alpha1", Resource: "sandboxes"}
-	ClaimGVR       = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxclaims"}
-	CNPGVR         = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
+	ClaimGVR       = fence.SandboxClaimGVR
+	CNPGVR         = fence.CiliumNetworkPolicyGVR
 	FenceConfigGVR = fencev1.GroupVersionResource
 	CRDGVR         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	VAPGVR         = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}

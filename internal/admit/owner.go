@@ -6,11 +6,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // DefaultLabelKey is the per-sandbox pod label key when the FenceConfig sets
-// none (contract §4.1).
-const DefaultLabelKey = "sandbox.namzu.ai/per-sandbox-egress"
+// none (contract §4.1): the client package's, so host and fence agree.
+const DefaultLabelKey = fence.DefaultPerSandboxLabelKey
 
 // OwnerKind is one of the two objects a per-sandbox policy may belong to
 // (contract §4.1): the SandboxClaim of the pooled path or the Sandbox of the
@@ -24,12 +26,12 @@ type OwnerKind struct {
 var (
 	// ClaimOwner is extensions.agents.x-k8s.io/v1beta1 SandboxClaim.
 	ClaimOwner = OwnerKind{
-		GVK:           schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"},
+		GVK:           fence.SandboxClaimGVK,
 		PodLabelsPath: []string{"spec", "additionalPodMetadata", "labels"},
 	}
 	// SandboxOwner is agents.x-k8s.io/v1beta1 Sandbox.
 	SandboxOwner = OwnerKind{
-		GVK:           schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"},
+		GVK:           fence.SandboxGVK,
 		PodLabelsPath: []string{"spec", "podTemplate", "metadata", "labels"},
 	}
 	// OwnerKinds are both, in the order the uniqueness check reports them.

@@ -21,6 +21,7 @@ import (
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // Clients are what every command reads through.
@@ -55,9 +56,9 @@ const (
 var ShippedPolicies = []string{PolicyHolderEpoch, PolicyHolderEpochRepair, PolicyCiliumEgress, PolicyCiliumOwner}
 
 var (
-	sandboxGVR     = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}
-	claimGVR       = schema.GroupVersionResource{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxclaims"}
-	cnpGVR         = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
+	sandboxGVR     = fence.SandboxGVR
+	claimGVR       = fence.SandboxClaimGVR
+	cnpGVR         = fence.CiliumNetworkPolicyGVR
 	fenceConfigGVR = fencev1alpha1.GroupVersionResource
 )
 

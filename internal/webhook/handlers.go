@@ -24,6 +24,7 @@ import (
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // CiliumEgressPath is the path the handler is served on.
@@ -38,7 +39,7 @@ const ciliumFamily = "cilium-fence"
 // message instead of the API server timing it out.
 const DefaultLookupTimeout = 3 * time.Second
 
-var cnpGK = schema.GroupKind{Group: "cilium.io", Kind: "CiliumNetworkPolicy"}
+var cnpGK = fence.CiliumNetworkPolicyGVK.GroupKind()
 
 // ConfigSource reads the FenceConfig the rules are driven by.
 type ConfigSource struct {

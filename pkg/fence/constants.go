@@ -53,6 +53,11 @@ var (
 	// CiliumNetworkPolicyGVR is cilium.io/v2 ciliumnetworkpolicies.
 	CiliumNetworkPolicyGVR = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
 
+	// SandboxGVK, SandboxClaimGVK and CiliumNetworkPolicyGVK are their kinds.
+	SandboxGVK             = SandboxGVR.GroupVersion().WithKind("Sandbox")
+	SandboxClaimGVK        = SandboxClaimGVR.GroupVersion().WithKind("SandboxClaim")
+	CiliumNetworkPolicyGVK = CiliumNetworkPolicyGVR.GroupVersion().WithKind("CiliumNetworkPolicy")
+
 	validatingAdmissionPolicyGVR        = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}
 	validatingAdmissionPolicyBindingGVR = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}
 )

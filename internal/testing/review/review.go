@@ -87,8 +87,8 @@ func Build(i int, k Kind) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	gvk := metav1.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}
-	gvr := metav1.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
+	gvk := metav1.GroupVersionKind(fence.CiliumNetworkPolicyGVK)
+	gvr := metav1.GroupVersionResource(fence.CiliumNetworkPolicyGVR)
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
