@@ -249,3 +249,36 @@ func deepCopy(v any) any {
 		return x
 	}
 }
+
+// TestMessageGuards checks the guards of the egress policy's
+// messageExpressions (see the comment above its validations): a
+// messageExpression that starts with a condition and ? ” : must start
+// with its own validation's expression, so the guard can only ever skip a
+// message when the validation passed. It also requires the guards to be
+// there, on the validations that a write or a DELETE evaluates most.
+func TestMessageGuards(t *testing.T) {
+	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
+	for _, p := range loadBundle(t) {
+		if p.Policy.Name == "sandbox-fence-cilium-egress" {
+			policy = p.Policy
+		}
+	}
+	if policy == nil {
+		t.Fatal("sandbox-fence-cilium-egress not in the bundle")
+	}
+	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	guarded := 0
+	for i, v := range policy.Spec.Validations {
+		msg := norm(v.MessageExpression)
+		if !strings.HasPrefix(msg, "(") || !strings.Contains(msg, ") ? '' :") {
+			continue
+		}
+		guarded++
+		if want := "(" + norm(v.Expression) + ") ? '' :"; !strings.HasPrefix(msg, want) {
+			t.Errorf("spec.validations[%d].messageExpression: its guard is not its validation's expression:\n got %.200s\nwant %s", i, msg, want)
+		}
+	}
+	if guarded < 10 {
+		t.Errorf("%d guarded messageExpressions, want at least 10", guarded)
+	}
+}
