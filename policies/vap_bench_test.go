@@ -2,11 +2,11 @@ package policies_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
-	"strings"
+	"sort"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -84,51 +84,95 @@ func benchRequests(b *testing.B) map[string]vapeval.Request {
 	}
 }
 
+// benchBundles are the bundles BenchmarkVAPs compares in one run: the
+// shipped one, and the shipped one with the two CiliumNetworkPolicy fence
+// policies as they were before issue 17 item 6 cut their CEL
+// (testdata/before-issue17, a frozen copy). benchstat -col /policies puts
+// them side by side.
+var benchBundles = []struct{ name, override string }{
+	{"before", "testdata/before-issue17"},
+	{"after", ""},
+}
+
 // BenchmarkVAPs runs each request through the apiserver's own validating
-// admission policy plugin with the whole shipped bundle bound (matching,
-// params, namespace lookup, CEL, messages): ns/op is the admission time the
-// policies add to that request in the apiserver. It also reports the CEL
-// cost the server charges: the sum over the expressions that run, and the
-// largest single expression as a share of the per-call limit.
+// admission policy plugin with the whole bundle bound (matching, params,
+// namespace lookup, CEL, messages, audit annotations): ns/op is the
+// admission time the policies add to that request in the apiserver. It also
+// reports the CEL cost the server charges for it (cel-cost/op: every pass
+// the plugin runs, see vapeval.PassCost; cel-validations/op: the match
+// conditions and validations alone, the figure this benchmark reported
+// before issue 17 item 6) and the largest single expression as a share of
+// the per-call limit.
 func BenchmarkVAPs(b *testing.B) {
 	ctx := context.Background()
-	bundle, params, nss := benchBundle(b)
-	h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Params: []*unstructured.Unstructured{params}, Namespaces: nss, Resources: vapeval.Resources})
-	if err != nil {
-		b.Fatal(err)
+	type started struct {
+		h      *vapeval.Harness
+		bundle []*vapeval.PolicyDir
 	}
-	defer h.Stop()
+	var runs []started
+	var params *unstructured.Unstructured
 	nsByName := map[string]*corev1.Namespace{}
-	for _, ns := range nss {
-		nsByName[ns.Name] = ns
+	for _, bb := range benchBundles {
+		bundle, p, nss := benchBundle(b, bb.override)
+		params = p
+		h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Params: []*unstructured.Unstructured{p}, Namespaces: nss, Resources: vapeval.Resources})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer h.Stop()
+		runs = append(runs, started{h, bundle})
+		for _, ns := range nss {
+			nsByName[ns.Name] = ns
+		}
 	}
-	for name, req := range benchRequests(b) {
+	reqs := benchRequests(b)
+	names := make([]string, 0, len(reqs))
+	for name := range reqs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		req := reqs[name]
 		b.Run(name, func(b *testing.B) {
-			if err := h.Validate(ctx, req); err != nil {
-				b.Fatalf("the host's write must be admitted: %v", err)
+			for i, bb := range benchBundles {
+				h, bundle := runs[i].h, runs[i].bundle
+				b.Run("policies="+bb.name, func(b *testing.B) {
+					if err := h.Validate(ctx, req); err != nil {
+						b.Fatalf("the host's write must be admitted: %v", err)
+					}
+					cost := celCost(b, bundle, req, params, nsByName[req.Namespace])
+					b.ReportAllocs()
+					for b.Loop() {
+						if err := h.Validate(ctx, req); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(cost.total), "cel-cost/op")
+					b.ReportMetric(float64(cost.validations), "cel-validations/op")
+					b.ReportMetric(100*float64(cost.worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
+				})
 			}
-			total, worst := celCost(b, bundle, req, params, nsByName[req.Namespace])
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := h.Validate(ctx, req); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(total), "cel-cost/op")
-			b.ReportMetric(100*float64(worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
 		})
 	}
 }
 
-// celCost is the CEL cost the apiserver charges for r: every matchCondition,
-// then every validation with the variables each reads evaluated once per
-// request, as the plugin memoizes them. The validations are compiled as one
-// conjunction so that a variable read by several of them is charged once
-// (for an admitted request every validation runs, so the conjunction
-// evaluates them all). worst is the costliest single expression.
-func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, params *unstructured.Unstructured, ns *corev1.Namespace) (total, worst int64) {
+type requestCost struct {
+	// total is every pass the plugin runs for the request, over every
+	// policy that matches it.
+	total int64
+	// validations is the match conditions and the validations alone.
+	validations int64
+	// worst is the costliest single expression, its variables included.
+	worst int64
+}
+
+// celCost is the CEL cost the apiserver charges for r (vapeval.PassCost,
+// summed over the policies whose rules match it), and the costliest single
+// expression that the plugin evaluates for it.
+func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, params *unstructured.Unstructured, ns *corev1.Namespace) requestCost {
 	b.Helper()
 	ctx := context.Background()
+	var out requestCost
 	for _, p := range bundle {
 		if !matches(p.Policy, r) {
 			continue
@@ -137,50 +181,37 @@ func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, param
 		if p.Policy.Spec.ParamKind != nil {
 			pr = params
 		}
+		in, err := vapeval.NewInput(r, pr, ns)
+		if err != nil {
+			b.Fatal(err)
+		}
+		passes, err := vapeval.CompilePasses(p.Policy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pc, err := passes.Cost(ctx, in)
+		if err != nil {
+			b.Fatalf("%s: %v", p.Policy.Name, err)
+		}
+		out.total += pc.Total()
+		out.validations += pc.MatchConditions + pc.Validations
 		exprs, err := vapeval.CompileExpressions(p.Policy)
 		if err != nil {
 			b.Fatal(err)
 		}
-		matched := true
 		for _, e := range exprs {
-			ev := e.Evaluate(ctx, r, pr, ns)
-			if e.Kind == "matchCondition" {
-				total += ev.Cost
-				matched = matched && ev.Value == true
+			if e.Kind == "variable" || (!pc.Matched && e.Kind != "matchCondition") {
+				continue
 			}
-			if e.Kind != "messageExpression" {
-				worst = max(worst, ev.Cost)
-			}
-		}
-		if !matched {
-			continue
-		}
-		conj := p.Policy.DeepCopy()
-		var parts []string
-		for _, v := range conj.Spec.Validations {
-			parts = append(parts, "("+v.Expression+")")
-		}
-		conj.Spec.Validations = []admissionregistrationv1.Validation{{Expression: strings.Join(parts, " && ")}}
-		conj.Spec.MatchConditions = nil
-		all, err := vapeval.CompileExpressions(conj)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, e := range all {
-			if e.Kind == "validation" {
-				ev := e.Evaluate(ctx, r, pr, ns)
-				if ev.Err != nil || ev.Value != true {
-					b.Fatalf("%s: the validations of an admitted request = %v, %v", p.Policy.Name, ev.Value, ev.Err)
-				}
-				total += ev.Cost
-			}
+			out.worst = max(out.worst, e.EvaluateInput(ctx, in).Cost)
 		}
 	}
-	return total, worst
+	return out
 }
 
-// benchBundle loads what policies_test.go's helpers load, for a *testing.B.
-func benchBundle(b *testing.B) ([]*vapeval.PolicyDir, *unstructured.Unstructured, []*corev1.Namespace) {
+// benchBundle loads what policies_test.go's helpers load, for a *testing.B;
+// a policy directory that override also holds is read from there.
+func benchBundle(b *testing.B, override string) ([]*vapeval.PolicyDir, *unstructured.Unstructured, []*corev1.Namespace) {
 	b.Helper()
 	matches, err := filepath.Glob("*/policy.yaml")
 	if err != nil || len(matches) == 0 {
@@ -188,7 +219,13 @@ func benchBundle(b *testing.B) ([]*vapeval.PolicyDir, *unstructured.Unstructured
 	}
 	var bundle []*vapeval.PolicyDir
 	for _, m := range matches {
-		p, err := vapeval.LoadPolicyDir(filepath.Dir(m))
+		dir := filepath.Dir(m)
+		if override != "" {
+			if _, err := os.Stat(filepath.Join(override, dir, "policy.yaml")); err == nil {
+				dir = filepath.Join(override, dir)
+			}
+		}
+		p, err := vapeval.LoadPolicyDir(dir)
 		if err != nil {
 			b.Fatal(err)
 		}

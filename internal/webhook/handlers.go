@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kjson "sigs.k8s.io/json"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
@@ -185,22 +186,30 @@ func decodeObject(raw []byte) (*unstructured.Unstructured, error) {
 // before through Unstructured.GetOwnerReferences. A body that is not a JSON
 // object gets decodeObject's error, word for word.
 func decodeOwnerReferences(raw []byte) (*unstructured.Unstructured, error) {
-	var top map[string]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &top) != nil {
+	// Structs with raw fields, decoded case-sensitively: a key matches only
+	// as spelt (as the map decoding matched), a repeated key replaces the
+	// earlier one (as in a map), and nothing but metadata and then
+	// ownerReferences is copied out of the body.
+	var top struct {
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	if len(raw) == 0 || kjson.UnmarshalCaseSensitivePreserveInts(raw, &top) != nil {
 		return decodeObject(raw)
 	}
 	obj := &unstructured.Unstructured{Object: map[string]any{}}
-	var meta map[string]json.RawMessage
-	if m, ok := top["metadata"]; !ok || json.Unmarshal(m, &meta) != nil {
+	var meta struct {
+		OwnerReferences json.RawMessage `json:"ownerReferences"`
+	}
+	if top.Metadata == nil || kjson.UnmarshalCaseSensitivePreserveInts(top.Metadata, &meta) != nil {
 		// Absent or not an object: no owner references, as GetOwnerReferences
 		// reads a metadata that is not a map.
 		return obj, nil
 	}
 	metadata := map[string]any{}
 	obj.Object["metadata"] = metadata
-	if r, ok := meta["ownerReferences"]; ok {
+	if meta.OwnerReferences != nil {
 		var refs any
-		if err := json.Unmarshal(r, &refs); err != nil {
+		if err := json.Unmarshal(meta.OwnerReferences, &refs); err != nil {
 			return decodeObject(raw)
 		}
 		metadata["ownerReferences"] = refs
