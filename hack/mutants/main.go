@@ -137,6 +137,9 @@ type Result struct {
 	Failed []string
 	// Ran lists the runs tried, in order.
 	Ran []string
+	// TextOnly are the failed tests that only compare text (textTests):
+	// they do not count as a kill.
+	TextOnly []string
 	// NotRun says why the e2e suite did not run for a mutant the offline
 	// suites left alive.
 	NotRun string
@@ -177,6 +180,9 @@ func renderTable(rs []Result, d time.Duration, partial bool) string {
 			caught = "**SURVIVED** (ran: " + strings.Join(r.Ran, ", ") + ")"
 			if r.NotRun != "" {
 				caught += "; " + r.NotRun
+			}
+			if len(r.TextOnly) > 0 {
+				caught += "; failed only tests that compare text: " + strings.Join(r.TextOnly, ", ")
 			}
 		default:
 			names := r.Failed
