@@ -93,6 +93,12 @@ test-cilium: testreport upstream-crds ## What admitted egress policies mean to C
 fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM_FUZZ_TIME, default 1h).
 	cd e2e/ciliumproof && $(GO) test -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(CILIUM_FUZZ_TIME) .
 
+# Not part of make test: it runs the suites once per rule (docs/testing.md).
+MUTANTS_FLAGS ?=
+.PHONY: mutants
+mutants: upstream-crds ## Mutation check: remove each shipped rule in turn (policy validations and matchConditions, bindings, webhook conditions and checks) and fail on one no test catches; table in bin/mutants.md.
+	$(GO) run ./hack/mutants -out $(BIN)/mutants.md $(MUTANTS_FLAGS)
+
 .PHONY: lint
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

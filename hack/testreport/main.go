@@ -7,7 +7,8 @@
 //	go test -json ./... 2>&1 | go run ./hack/testreport -run test-unit
 //
 // -json keeps the raw events and -failures writes one "package test" line
-// per failed test, for scripts that run the suites and read which tests
+// per failed test ("package (package)" for a package that failed outside
+// its tests: build, TestMain, timeout), for scripts that run the suites and read which tests
 // failed (a mutation check).
 package main
 
@@ -66,11 +67,7 @@ func mainErr(run, allowPath, raw, failures string, verbose bool) error {
 	}
 	problems := r.Summary(allowPath)
 	if failures != "" {
-		var b strings.Builder
-		for _, k := range r.Failed {
-			fmt.Fprintf(&b, "%s %s\n", k.pkg, k.test)
-		}
-		if err := os.WriteFile(failures, []byte(b.String()), 0o644); err != nil {
+		if err := os.WriteFile(failures, []byte(r.FailureLines()), 0o644); err != nil {
 			return err
 		}
 	}

@@ -226,3 +226,20 @@ func (r *Report) Summary(allowlist string) []string {
 	}
 	return problems
 }
+
+// FailureLines is the -failures file: one "package test" line per failed
+// test, then "package (package)" for a package that failed with no failed
+// test (its build, TestMain, a timeout), so a script that breaks a rule
+// (the mutation check) sees every way a run can fail.
+func (r *Report) FailureLines() string {
+	var b strings.Builder
+	for _, k := range r.Failed {
+		fmt.Fprintf(&b, "%s %s\n", k.pkg, k.test)
+	}
+	for _, p := range r.FailPkg {
+		if !slices.ContainsFunc(r.Failed, func(k testKey) bool { return k.pkg == p }) {
+			fmt.Fprintf(&b, "%s (package)\n", p)
+		}
+	}
+	return b.String()
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,5 +199,28 @@ func TestTheCommittedAllowlistLoads(t *testing.T) {
 				t.Errorf("entry %s %s names run %q, which no make target passes to hack/testreport", a.Package, a.Test, run)
 			}
 		}
+	}
+}
+
+// TestFailureLinesNameTestsAndPackagesThatFailedOutsideATest: the -failures
+// file the mutation check reads names each failed test, and a package that
+// failed with no failed test (an e2e setup that never got enforcement, a
+// build failure), but not a package whose failure a failed test explains.
+func TestFailureLinesNameTestsAndPackagesThatFailedOutsideATest(t *testing.T) {
+	r := &Report{Module: module, Run: "test-unit", Out: io.Discard}
+	for _, l := range []string{
+		ev("run", "policies", "TestPolicyCases", ""),
+		ev("run", "policies", "TestPolicyCases/a", ""),
+		ev("fail", "policies", "TestPolicyCases/a", ""),
+		ev("fail", "policies", "TestPolicyCases", ""),
+		ev("fail", "policies", "", ""),
+		ev("output", "e2e", "", "setup: the enforcement marker was never denied\n"),
+		ev("fail", "e2e", "", ""),
+	} {
+		r.Line(l)
+	}
+	want := "policies TestPolicyCases/a\npolicies TestPolicyCases\ne2e (package)\n"
+	if d := cmp.Diff(want, r.FailureLines()); d != "" {
+		t.Errorf("failures (-want +got):\n%s", d)
 	}
 }
