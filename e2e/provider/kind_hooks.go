@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,8 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/portforward"
-	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/yaml"
 
@@ -121,10 +117,10 @@ func (m kindMetrics) Open(ctx context.Context) ([]framework.MetricsEndpoint, fun
 	if err != nil {
 		return nil, nil, err
 	}
-	var stops []chan struct{}
+	var stops []func()
 	closeAll := func() {
-		for _, s := range stops {
-			close(s)
+		for _, stop := range stops {
+			stop()
 		}
 	}
 	var eps []framework.MetricsEndpoint
@@ -132,54 +128,20 @@ func (m kindMetrics) Open(ctx context.Context) ([]framework.MetricsEndpoint, fun
 		if p.DeletionTimestamp != nil || !podReady(&p) {
 			continue
 		}
-		stop := make(chan struct{})
-		port, err := m.forward(p.Name, stop)
+		addr, stop, err := m.env.ForwardPort(ctx, framework.WebhookNamespace, p.Name, webhookMetricsPort)
 		if err != nil {
-			close(stop)
 			closeAll()
-			return nil, nil, fmt.Errorf("port-forward to pod %s/%s:%d: %w", p.Namespace, p.Name, webhookMetricsPort, err)
+			return nil, nil, err
 		}
 		stops = append(stops, stop)
 		eps = append(eps, framework.MetricsEndpoint{
 			Replica:    p.Name,
-			URL:        "https://127.0.0.1:" + strconv.Itoa(int(port)) + "/metrics",
+			URL:        "https://" + addr + "/metrics",
 			CA:         ca,
 			ServerName: webhookServiceName,
 		})
 	}
 	return eps, closeAll, nil
-}
-
-// forward opens a port-forward (kubectl port-forward's API) from a free
-// local port to the pod's metrics port, until stop is closed.
-func (m kindMetrics) forward(pod string, stop chan struct{}) (uint16, error) {
-	cfg := m.env.Admin.Config
-	rt, upgrader, err := spdy.RoundTripperFor(cfg)
-	if err != nil {
-		return 0, err
-	}
-	url := m.env.Admin.Kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(framework.WebhookNamespace).Name(pod).SubResource("portforward").URL()
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
-	ready := make(chan struct{})
-	var errOut bytes.Buffer
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(webhookMetricsPort)}, stop, ready, io.Discard, &errOut)
-	if err != nil {
-		return 0, err
-	}
-	failed := make(chan error, 1)
-	go func() { failed <- fw.ForwardPorts() }()
-	select {
-	case <-ready:
-	case err := <-failed:
-		return 0, fmt.Errorf("%v %s", err, errOut.String())
-	case <-time.After(30 * time.Second):
-		return 0, fmt.Errorf("not ready after 30s %s", errOut.String())
-	}
-	ports, err := fw.GetPorts()
-	if err != nil {
-		return 0, err
-	}
-	return ports[0].Local, nil
 }
 
 // Where kubeadm keeps kube-apiserver's static pod on a kind control-plane
@@ -215,15 +177,17 @@ func (a *kindAPIServer) controlPlane() (nodes.Node, error) {
 	return nil, fmt.Errorf("cluster %s has no control-plane node", a.k.ClusterName)
 }
 
-// running is the ID of the running kube-apiserver container ("" for none).
+// running lists the PIDs of the kube-apiserver processes on the node (its
+// containers run in the node container's PID namespace's children), read
+// from /proc: the offline node image has no crictl.
 func running(ctx context.Context, n nodes.Node) (string, error) {
 	var out bytes.Buffer
-	cmd := n.CommandContext(ctx, "crictl", "ps", "--name", "^kube-apiserver$", "--state", "running", "-q")
+	cmd := n.CommandContext(ctx, "sh", "-c", `for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = kube-apiserver ] && echo "${p#/proc/}"; done; true`)
 	cmd.SetStdout(&out)
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("crictl ps on %s: %w", n.String(), err)
+		return "", fmt.Errorf("listing kube-apiserver processes on %s: %w", n.String(), err)
 	}
-	return strings.TrimSpace(out.String()), nil
+	return strings.Join(strings.Fields(out.String()), " "), nil
 }
 
 // Restart implements framework.APIServerProcess.
@@ -235,6 +199,9 @@ func (a *kindAPIServer) Restart(ctx context.Context) error {
 	old, err := running(ctx, n)
 	if err != nil {
 		return err
+	}
+	if old == "" || strings.Contains(old, " ") {
+		return fmt.Errorf("want one kube-apiserver process on %s before the restart, found pids %q", n.String(), old)
 	}
 	var raw bytes.Buffer
 	cat := n.CommandContext(ctx, "cat", apiserverManifest)
@@ -268,12 +235,14 @@ func (a *kindAPIServer) Restart(ctx context.Context) error {
 		return fmt.Errorf("writing %s on %s: %w", apiserverManifest, n.String(), err)
 	}
 	start := time.Now()
-	err = framework.Eventually(ctx, 3*time.Minute, 250*time.Millisecond, "a new kube-apiserver container running on "+n.String(), func(ctx context.Context) (bool, string, error) {
-		id, err := running(ctx, n)
+	// The old process gone and one new one running: /readyz before that
+	// may be the old server's.
+	err = framework.Eventually(ctx, 3*time.Minute, 250*time.Millisecond, "a new kube-apiserver process on "+n.String()+" (was pid "+old+")", func(ctx context.Context) (bool, string, error) {
+		pids, err := running(ctx, n)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		return id != "" && id != old, "running: " + id, nil
+		return pids != "" && !strings.Contains(pids, " ") && pids != old, "pids: " + pids, nil
 	})
 	if err != nil {
 		return err
