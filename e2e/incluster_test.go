@@ -16,9 +16,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -34,8 +32,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/portforward"
-	"k8s.io/client-go/transport/spdy"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
@@ -611,36 +607,9 @@ func servesChainTo(ctx context.Context, pod string, port int, pool *x509.CertPoo
 	return ""
 }
 
-// forwardPort opens a local port forwarded to the pod's port, as `kubectl
-// port-forward` does.
+// forwardPort opens a local port forwarded to the webhook pod's port.
 func forwardPort(ctx context.Context, pod string, port int) (string, func(), error) {
-	rt, upgrader, err := spdy.RoundTripperFor(env.Admin.Config)
-	if err != nil {
-		return "", nil, err
-	}
-	url := env.Admin.Kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(webhookNS).Name(pod).SubResource("portforward").URL()
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, url)
-	stopCh, readyCh := make(chan struct{}), make(chan struct{})
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stopCh, readyCh, io.Discard, io.Discard)
-	if err != nil {
-		return "", nil, err
-	}
-	errCh := make(chan error, 1)
-	go func() { errCh <- fw.ForwardPorts() }()
-	select {
-	case <-readyCh:
-	case err := <-errCh:
-		return "", nil, err
-	case <-ctx.Done():
-		close(stopCh)
-		return "", nil, ctx.Err()
-	}
-	ports, err := fw.GetPorts()
-	if err != nil || len(ports) == 0 {
-		close(stopCh)
-		return "", nil, fmt.Errorf("no forwarded port: %v", err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local), func() { close(stopCh) }, nil
+	return env.ForwardPort(ctx, webhookNS, pod, port)
 }
 
 // servingPort is the container port the Service sends webhook calls to.

@@ -17,49 +17,69 @@ import (
 )
 
 // TestWebhookMetricsCountKnownTraffic sends a known number of admitted and
-// refused per-sandbox policies, scrapes the webhook's metrics the way the
-// shipped ServiceMonitor does (HTTPS verified against the serving CA, a
-// ServiceAccount token bound to sandbox-fence-metrics-reader) and requires
-// exactly those counts, by rule, verdict and namespace; the scrape must be
-// refused without a token (401) and with a token not bound to the reader
-// role (403). The API server's policy metrics are scraped after a known
-// denial too, and every metric the dashboard and the alerts name must be
-// exported by one of the two.
+// refused per-sandbox policies, scrapes every webhook replica's metrics the
+// way the shipped ServiceMonitor does (HTTPS verified against the serving
+// CA, a ServiceAccount token bound to sandbox-fence-metrics-reader) and
+// requires exactly those counts, by rule, verdict and namespace, summed
+// over the replicas (the Service spreads the reviews over them); every
+// replica must report the deny mode, and refuse the scrape without a token
+// (401) and with a token not bound to the reader role (403). The API
+// server's policy metrics are scraped after a known denial too, and every
+// metric the dashboard and the alerts name must be exported by one of the
+// two.
 func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 	requireShipped(t)
 	if env.WebhookMetrics == nil {
-		t.Skip("the webhook's metrics endpoint is not reachable from the suite on this provider (the local provider's is)")
+		t.Skip("the webhook's metrics endpoint is not reachable from the suite on this provider (the local and kind providers' are)")
 	}
 	ctx := testContext(t)
-	m := *env.WebhookMetrics
-	if err := m.WaitServing(ctx); err != nil {
+	replicas, closeMetrics, err := env.WebhookMetrics.Open(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _, err := m.Scrape(ctx, ""); err != nil || code != 401 {
-		t.Errorf("scrape without a token: %d %v, want 401", code, err)
+	t.Cleanup(closeMetrics)
+	if len(replicas) == 0 {
+		t.Fatal("no webhook replica's metrics endpoint to scrape")
 	}
 	stranger, err := env.ScraperToken(ctx, "sandbox-fence-metrics-stranger", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _, err := m.Scrape(ctx, stranger); err != nil || code != 403 {
-		t.Errorf("scrape with a token not bound to %s: %d %v, want 403", framework.MetricsReaderRole, code, err)
-	}
 	token, err := env.ScraperToken(ctx, framework.MetricsScraper, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scrape := func() string {
-		t.Helper()
-		code, body, err := m.Scrape(ctx, token)
-		if err != nil || code != 200 {
-			t.Fatalf("scrape as %s: %d %v", framework.MetricsScraper, code, err)
+	for _, m := range replicas {
+		if err := m.WaitServing(ctx); err != nil {
+			t.Fatal(err)
 		}
-		return body
+		if code, _, err := m.Scrape(ctx, ""); err != nil || code != 401 {
+			t.Errorf("replica %s: scrape without a token: %d %v, want 401", m.Replica, code, err)
+		}
+		if code, _, err := m.Scrape(ctx, stranger); err != nil || code != 403 {
+			t.Errorf("replica %s: scrape with a token not bound to %s: %d %v, want 403", m.Replica, framework.MetricsReaderRole, code, err)
+		}
+	}
+	// scrape returns every replica's exposition.
+	scrape := func() []string {
+		t.Helper()
+		var bodies []string
+		for _, m := range replicas {
+			code, body, err := m.Scrape(ctx, token)
+			if err != nil || code != 200 {
+				t.Fatalf("replica %s: scrape as %s: %d %v", m.Replica, framework.MetricsScraper, code, err)
+			}
+			bodies = append(bodies, body)
+		}
+		return bodies
 	}
 	ns := `namespace="` + env.HostNamespace + `"`
-	count := func(body, verdict string) float64 {
-		return framework.MetricSum(body, webhook.DecisionsMetric, `rule="`+webhook.RuleCiliumOwner+`"`, `verdict="`+verdict+`"`, ns)
+	count := func(bodies []string, verdict string) float64 {
+		var sum float64
+		for _, body := range bodies {
+			sum += framework.MetricSum(body, webhook.DecisionsMetric, `rule="`+webhook.RuleCiliumOwner+`"`, `verdict="`+verdict+`"`, ns)
+		}
+		return sum
 	}
 
 	before := scrape()
@@ -80,11 +100,13 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 	after := scrape()
 	for verdict, want := range map[string]float64{webhook.VerdictDenied: refused, webhook.VerdictAllowed: admitted, webhook.VerdictError: 0} {
 		if got := count(after, verdict) - count(before, verdict); got != want {
-			t.Errorf("%s{rule=%s,verdict=%s,%s} grew by %v, want %v", webhook.DecisionsMetric, webhook.RuleCiliumOwner, verdict, ns, got, want)
+			t.Errorf("%s{rule=%s,verdict=%s,%s} summed over %d replicas grew by %v, want %v", webhook.DecisionsMetric, webhook.RuleCiliumOwner, verdict, ns, len(replicas), got, want)
 		}
 	}
-	if got := framework.MetricSum(after, webhook.EnforcementMetric, `mode="deny"`); got != 1 {
-		t.Errorf(`%s{mode="deny"} = %v, want 1`, webhook.EnforcementMetric, got)
+	for i, body := range after {
+		if got := framework.MetricSum(body, webhook.EnforcementMetric, `mode="deny"`); got != 1 {
+			t.Errorf(`replica %s: %s{mode="deny"} = %v, want 1`, replicas[i].Replica, webhook.EnforcementMetric, got)
+		}
 	}
 
 	// One known policy denial, counted by the API server.
@@ -107,9 +129,11 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 	}
 
 	// Every metric the dashboard and the alerts read exists.
-	exported := framework.MetricNames(after)
-	for n := range framework.MetricNames(apiAfter) {
-		exported[n] = true
+	exported := framework.MetricNames(apiAfter)
+	for _, body := range after {
+		for n := range framework.MetricNames(body) {
+			exported[n] = true
+		}
 	}
 	root, err := framework.RepoRoot()
 	if err != nil {

@@ -43,8 +43,9 @@ func RepoRoot() (string, error) {
 // CRDs returns the CustomResourceDefinitions the suite installs, with a line
 // per choice made: the agent-sandbox CRDs (the project's subsets in
 // config/crd/testdata, or upstream's from $SANDBOX_FENCE_UPSTREAM_CRDS), the
-// real CiliumNetworkPolicy CRD from the github.com/cilium/cilium module, and
-// the FenceConfig CRD from config/crd/bases. Nothing falls back: a CRD that
+// real CiliumNetworkPolicy CRD from the github.com/cilium/cilium module,
+// prometheus-operator's and cert-manager's CRDs of the kinds config/ renders,
+// and the FenceConfig CRD from config/crd/bases. Nothing falls back: a CRD that
 // cannot be read fails the setup.
 func CRDs(ctx context.Context, repoRoot string, logf Logf) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
@@ -116,10 +117,40 @@ func CRDs(ctx context.Context, repoRoot string, logf Logf) ([]*unstructured.Unst
 			return nil, err
 		}
 	}
+	certManager, err := CertManagerCRDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the Issuer and Certificate CRDs config/webhook/overlays/cert-manager is checked against: %w", err)
+	}
+	logf("CRDs: Issuer and Certificate from %s@%s", tst.CertManagerModule, tst.CertManagerVersion)
+	for _, f := range certManager {
+		if _, err := add(f); err != nil {
+			return nil, err
+		}
+	}
 	for _, f := range bases {
 		if _, err := add(f); err != nil {
 			return nil, err
 		}
+	}
+	return out, nil
+}
+
+// CertManagerCRDs returns the paths of cert-manager's Issuer and Certificate
+// CRDs (the release internal/testing pins), so the suite's server-side dry
+// run of config/webhook/overlays/cert-manager checks those objects too
+// instead of skipping them.
+func CertManagerCRDs(ctx context.Context) ([]string, error) {
+	dir, err := upstream.ModuleDir(ctx, tst.CertManagerModule, tst.CertManagerVersion)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range tst.CertManagerCRDFiles {
+		p := filepath.Join(dir, "deploy", "crds", f)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%s@%s: %w", tst.CertManagerModule, tst.CertManagerVersion, err)
+		}
+		out = append(out, p)
 	}
 	return out, nil
 }

@@ -69,8 +69,8 @@ type Env struct {
 	// the in-cluster Deployment scaled to zero and back; nil when the
 	// provider cannot (webhookproc.go).
 	WebhookProcess WebhookProcess
-	// APIServerProcess restarts kube-apiserver when the provider runs it as
-	// a local process; nil otherwise (apiserverproc.go).
+	// APIServerProcess restarts kube-apiserver: the local process, or kind's
+	// static pod; nil when the provider cannot (apiserverproc.go).
 	APIServerProcess APIServerProcess
 	// InCluster is true when the webhook runs as the shipped Deployment
 	// behind its Service (kind): the rollout, eviction, rotation, drain and
@@ -82,9 +82,10 @@ type Env struct {
 	// Policies holds the shipped ValidatingAdmissionPolicies found on the
 	// cluster (filled by WaitForEnforcement); cases of a missing one skip.
 	Policies map[string]bool
-	// WebhookMetrics is where the webhook serves its metrics, when the
-	// provider can reach them (the local provider); nil otherwise.
-	WebhookMetrics *WebhookMetrics
+	// WebhookMetrics reaches every webhook replica's metrics endpoint: the
+	// local process's address, or a port-forward to each pod (kind); nil
+	// when the provider cannot (metrics.go).
+	WebhookMetrics WebhookMetrics
 	// SetEnforcement switches the installed bundle to an enforcement mode
 	// through its kustomize component (config/components/enforcement) and
 	// returns once the webhook runs with the component's flag; nil when the

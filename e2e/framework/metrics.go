@@ -18,11 +18,37 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// WebhookMetrics is where a provider's webhook serves its metrics: HTTPS,
-// with the serving certificate the CA signed, to authorized tokens only.
-type WebhookMetrics struct {
-	URL string
-	CA  []byte
+// MetricsEndpoint is one webhook replica's metrics endpoint: HTTPS, with
+// the serving certificate the CA signed, to authorized tokens only.
+type MetricsEndpoint struct {
+	// Replica names the replica (the process, or the pod).
+	Replica string
+	URL     string
+	CA      []byte
+	// ServerName is the name the certificate is verified for; empty: the
+	// URL's host. A port-forward reaches a pod on 127.0.0.1, and the pod
+	// serves the certificate issued for its Service's name, as Prometheus
+	// verifies it (the ServiceMonitor's tlsConfig.serverName).
+	ServerName string
+}
+
+// WebhookMetrics reaches the metrics endpoint of every webhook replica: the
+// decisions are spread over the replicas, so a count of known traffic is the
+// sum of theirs.
+type WebhookMetrics interface {
+	// Open returns one endpoint per replica serving now and a function that
+	// closes what was opened to reach them (port-forwards); call it when
+	// done scraping.
+	Open(ctx context.Context) ([]MetricsEndpoint, func(), error)
+}
+
+// FixedMetrics is WebhookMetrics for endpoints that need nothing opened (the
+// local provider's webhook process).
+type FixedMetrics []MetricsEndpoint
+
+// Open implements WebhookMetrics.
+func (f FixedMetrics) Open(context.Context) ([]MetricsEndpoint, func(), error) {
+	return f, func() {}, nil
 }
 
 // MetricsScraper is the ServiceAccount the suite scrapes the webhook's
@@ -76,12 +102,12 @@ func (e *Env) ScraperToken(ctx context.Context, name string, bound bool) (string
 
 // Scrape GETs the webhook's /metrics with token (none when ""), verifying
 // the server against the CA, and returns the status code and body.
-func (m WebhookMetrics) Scrape(ctx context.Context, token string) (int, string, error) {
+func (m MetricsEndpoint) Scrape(ctx context.Context, token string) (int, string, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(m.CA) {
-		return 0, "", fmt.Errorf("metrics CA: no PEM certificate")
+		return 0, "", fmt.Errorf("metrics CA of %s: no PEM certificate", m.Replica)
 	}
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: m.ServerName, MinVersion: tls.VersionTLS12}}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.URL, nil)
 	if err != nil {
 		return 0, "", err
@@ -101,8 +127,8 @@ func (m WebhookMetrics) Scrape(ctx context.Context, token string) (int, string, 
 // WaitServing waits until the endpoint answers at all: the webhook reports
 // ready once its admission listener serves, and the metrics listener may
 // start a moment later (after a restart, say).
-func (m WebhookMetrics) WaitServing(ctx context.Context) error {
-	return Eventually(ctx, 30*time.Second, 100*time.Millisecond, "the webhook's metrics endpoint answers", func(ctx context.Context) (bool, string, error) {
+func (m MetricsEndpoint) WaitServing(ctx context.Context) error {
+	return Eventually(ctx, 30*time.Second, 100*time.Millisecond, "the metrics endpoint of webhook "+m.Replica+" answers", func(ctx context.Context) (bool, string, error) {
 		_, _, err := m.Scrape(ctx, "")
 		return err == nil, fmt.Sprint(err), nil
 	})

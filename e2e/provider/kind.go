@@ -318,7 +318,10 @@ func (k *Kind) deploy(ctx context.Context) (*framework.Env, error) {
 			return nil, err
 		}
 		env.WebhookProcess = &deploymentScaler{env: env}
+		env.WebhookMetrics = kindMetrics{env: env}
+		env.SetEnforcement = k.setEnforcement
 	}
+	env.APIServerProcess = &kindAPIServer{k: k}
 	env.Nodes = &kindNodes{k: k}
 	if err := finishEnv(ctx, env, k.Logf); err != nil {
 		return nil, err

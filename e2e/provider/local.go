@@ -191,7 +191,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 	l.Env.WebhookInstalled = true
 	l.Env.WebhookProcess = localWebhook{l: l}
 	l.Env.APIServerProcess = localAPIServer{l: l}
-	l.Env.WebhookMetrics = &framework.WebhookMetrics{URL: "https://127.0.0.1:" + strconv.Itoa(ports[1]) + "/metrics", CA: ca.CertPEM}
+	l.Env.WebhookMetrics = framework.FixedMetrics{{Replica: "process", URL: "https://127.0.0.1:" + strconv.Itoa(ports[1]) + "/metrics", CA: ca.CertPEM}}
 	l.Env.SetEnforcement = l.setEnforcement
 	l.Logf("local: webhook serving on %s", base)
 	return nil

@@ -193,19 +193,28 @@ func peakRSS(pid int) (int64, error) {
 // its metrics address is the one the provider reports.
 func metric(t *testing.T, p *cluster.Process, name string, labels ...string) float64 {
 	t.Helper()
-	if env.WebhookMetrics == nil || !strings.HasSuffix(env.WebhookMetrics.URL, p.Flag("metrics-bind-address")+"/metrics") {
+	if env.WebhookMetrics == nil {
 		t.Fatalf("the webhook's metrics endpoint is not known for pid %d", p.Pid)
 	}
+	eps, closeMetrics, err := env.WebhookMetrics.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeMetrics()
+	if len(eps) != 1 || !strings.HasSuffix(eps[0].URL, p.Flag("metrics-bind-address")+"/metrics") {
+		t.Fatalf("the webhook's metrics endpoint is not known for pid %d (the provider reports %d endpoints)", p.Pid, len(eps))
+	}
+	m := eps[0]
 	scraperOnce.Do(func() {
 		scraperToken, scraperErr = env.ScraperToken(context.Background(), framework.MetricsScraper, true)
 	})
 	if scraperErr != nil {
 		t.Fatalf("a token to scrape the webhook's metrics: %v", scraperErr)
 	}
-	if err := env.WebhookMetrics.WaitServing(context.Background()); err != nil {
+	if err := m.WaitServing(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	code, body, err := env.WebhookMetrics.Scrape(context.Background(), scraperToken)
+	code, body, err := m.Scrape(context.Background(), scraperToken)
 	if err != nil || code != 200 {
 		t.Fatalf("scrape webhook metrics: %d %v", code, err)
 	}

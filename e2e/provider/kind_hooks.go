@@ -1,0 +1,262 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+)
+
+// setEnforcement installs the bundle in mode as an admin would on a real
+// cluster: it renders config/default with the mode's component
+// (config/components/enforcement; none for deny), replaces the policies,
+// bindings, webhook configuration (keeping the CA the webhook injected) and
+// the Deployment it yields, and returns once every webhook pod runs the
+// rendered command line and is ready, the old ones gone. The suite then
+// waits on its markers for the verdicts of the mode.
+func (k *Kind) setEnforcement(ctx context.Context, mode string) error {
+	objs, err := framework.RenderMode(ctx, filepath.Join(k.BinDir, "kubectl"), k.RepoRoot, mode)
+	if err != nil {
+		return err
+	}
+	var deploy *unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			err = k.env.ReplaceSpec(ctx, o, nil)
+		case "ValidatingWebhookConfiguration":
+			err = k.env.ReplaceSpec(ctx, o, framework.KeepCABundles)
+		case "Deployment":
+			deploy = o
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if deploy == nil {
+		return fmt.Errorf("config/default in %s mode renders no Deployment", mode)
+	}
+	if err := k.env.ReplaceSpec(ctx, deploy, nil); err != nil {
+		return err
+	}
+	if err := framework.WaitWebhookRolledOut(ctx, k.env, 5*time.Minute); err != nil {
+		return err
+	}
+	want := framework.ContainerArgs(deploy)
+	replicas, _, _ := unstructured.NestedInt64(deploy.Object, "spec", "replicas")
+	err = framework.Eventually(ctx, 2*time.Minute, 250*time.Millisecond, "every webhook pod runs "+strings.Join(want, " "), func(ctx context.Context) (bool, string, error) {
+		pods, err := k.env.Admin.Kube.CoreV1().Pods(framework.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: framework.WebhookPodSelector})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		current := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 || !slices.Equal(p.Spec.Containers[0].Args, want) {
+				return false, "pod " + p.Name + " of the previous mode is still there", nil
+			}
+			if podReady(&p) {
+				current++
+			}
+		}
+		return int64(current) == replicas, fmt.Sprintf("%d of %d pods ready", current, replicas), nil
+	})
+	if err != nil {
+		return err
+	}
+	flag := framework.EnforcementFlag(deploy)
+	if flag == "" {
+		flag = "no --enforcement (deny)"
+	}
+	k.Logf("kind: webhook rolled out with %s", flag)
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// The webhook serves metrics on the container port named metrics with its
+// admission certificate, issued for the Service's name; its CA is in the
+// certificate's Secret (config/components/monitoring's ServiceMonitor).
+const (
+	webhookCertSecret  = "sandbox-fence-webhook-cert"
+	webhookServiceName = "sandbox-fence-webhook." + framework.WebhookNamespace + ".svc"
+	webhookMetricsPort = 8443
+)
+
+// kindMetrics is framework.WebhookMetrics on kind: a port-forward to each
+// ready webhook pod's metrics port, verified as Prometheus verifies it.
+type kindMetrics struct{ env *framework.Env }
+
+// Open implements framework.WebhookMetrics.
+func (m kindMetrics) Open(ctx context.Context) ([]framework.MetricsEndpoint, func(), error) {
+	kc := m.env.Admin.Kube
+	sec, err := kc.CoreV1().Secrets(framework.WebhookNamespace).Get(ctx, webhookCertSecret, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("the webhook's CA (Secret %s/%s): %w", framework.WebhookNamespace, webhookCertSecret, err)
+	}
+	ca := sec.Data["ca.crt"]
+	pods, err := kc.CoreV1().Pods(framework.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: framework.WebhookPodSelector})
+	if err != nil {
+		return nil, nil, err
+	}
+	var stops []func()
+	closeAll := func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+	var eps []framework.MetricsEndpoint
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || !podReady(&p) {
+			continue
+		}
+		addr, stop, err := m.env.ForwardPort(ctx, framework.WebhookNamespace, p.Name, webhookMetricsPort)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		stops = append(stops, stop)
+		eps = append(eps, framework.MetricsEndpoint{
+			Replica:    p.Name,
+			URL:        "https://" + addr + "/metrics",
+			CA:         ca,
+			ServerName: webhookServiceName,
+		})
+	}
+	return eps, closeAll, nil
+}
+
+// Where kubeadm keeps kube-apiserver's static pod on a kind control-plane
+// node, and the annotation the restart bumps.
+const (
+	apiserverManifest    = "/etc/kubernetes/manifests/kube-apiserver.yaml"
+	restartAnnotation    = "e2e.sandbox-fence.dev/restart"
+	apiserverGraceSecond = 2
+)
+
+// kindAPIServer is framework.APIServerProcess on kind: kube-apiserver is a
+// static pod of the control-plane node, restarted as a kubelet restarts a
+// changed static pod. The manifest gets a new restart annotation, so the
+// kubelet sees a new pod (a new UID: no crash-loop back-off, however many
+// restarts), stops the old one and starts the new one only once the old
+// one is gone. etcd, the controller manager and the webhook keep running,
+// as in a rolling restart of one API server.
+type kindAPIServer struct {
+	k     *Kind
+	count int
+}
+
+func (a *kindAPIServer) controlPlane() (nodes.Node, error) {
+	ns, err := a.k.api.Nodes(a.k.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		if r, err := n.Role(); err == nil && r == "control-plane" {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("cluster %s has no control-plane node", a.k.ClusterName)
+}
+
+// running lists the PIDs of the kube-apiserver processes on the node (its
+// containers run in the node container's PID namespace's children), read
+// from /proc: the offline node image has no crictl.
+func running(ctx context.Context, n nodes.Node) (string, error) {
+	var out bytes.Buffer
+	cmd := n.CommandContext(ctx, "sh", "-c", `for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = kube-apiserver ] && echo "${p#/proc/}"; done; true`)
+	cmd.SetStdout(&out)
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("listing kube-apiserver processes on %s: %w", n.String(), err)
+	}
+	return strings.Join(strings.Fields(out.String()), " "), nil
+}
+
+// Restart implements framework.APIServerProcess.
+func (a *kindAPIServer) Restart(ctx context.Context) error {
+	n, err := a.controlPlane()
+	if err != nil {
+		return err
+	}
+	old, err := running(ctx, n)
+	if err != nil {
+		return err
+	}
+	if old == "" || strings.Contains(old, " ") {
+		return fmt.Errorf("want one kube-apiserver process on %s before the restart, found pids %q", n.String(), old)
+	}
+	var raw bytes.Buffer
+	cat := n.CommandContext(ctx, "cat", apiserverManifest)
+	cat.SetStdout(&raw)
+	if err := cat.Run(); err != nil {
+		return fmt.Errorf("reading %s on %s: %w", apiserverManifest, n.String(), err)
+	}
+	var pod map[string]any
+	if err := yaml.Unmarshal(raw.Bytes(), &pod); err != nil {
+		return fmt.Errorf("%s on %s: %w", apiserverManifest, n.String(), err)
+	}
+	a.count++
+	if err := unstructured.SetNestedField(pod, strconv.Itoa(a.count), "metadata", "annotations", restartAnnotation); err != nil {
+		return err
+	}
+	// kube-apiserver takes seconds to drain on SIGTERM; its state is in
+	// etcd, so a short grace is enough for a restart (from the second one
+	// on: the kubelet stops a pod with the grace it was started with).
+	if err := unstructured.SetNestedField(pod, int64(apiserverGraceSecond), "spec", "terminationGracePeriodSeconds"); err != nil {
+		return err
+	}
+	b, err := yaml.Marshal(pod)
+	if err != nil {
+		return err
+	}
+	// Written beside the manifests directory, then renamed into it: the
+	// kubelet never reads half a file.
+	write := n.CommandContext(ctx, "sh", "-c", "cat > /etc/kubernetes/kube-apiserver.yaml.next && mv /etc/kubernetes/kube-apiserver.yaml.next "+apiserverManifest)
+	write.SetStdin(bytes.NewReader(b))
+	if err := write.Run(); err != nil {
+		return fmt.Errorf("writing %s on %s: %w", apiserverManifest, n.String(), err)
+	}
+	start := time.Now()
+	// The old process gone and one new one running: /readyz before that
+	// may be the old server's.
+	err = framework.Eventually(ctx, 3*time.Minute, 250*time.Millisecond, "a new kube-apiserver process on "+n.String()+" (was pid "+old+")", func(ctx context.Context) (bool, string, error) {
+		pids, err := running(ctx, n)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return pids != "" && !strings.Contains(pids, " ") && pids != old, "pids: " + pids, nil
+	})
+	if err != nil {
+		return err
+	}
+	err = framework.Eventually(ctx, 3*time.Minute, 50*time.Millisecond, "kube-apiserver /readyz after a restart", func(ctx context.Context) (bool, string, error) {
+		body, err := a.k.env.Admin.Kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			return false, err.Error() + " " + string(body), nil
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		return err
+	}
+	a.k.Logf("kind: kube-apiserver static pod restarted on %s in %s", n.String(), time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
