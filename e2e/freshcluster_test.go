@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -175,6 +174,14 @@ func (fc *freshCluster) newLocalWebhook(t *testing.T, name string, cfg *rest.Con
 		"--config-name=" + fencev1.DefaultConfigName,
 	}, extraArgs...)
 	return w
+}
+
+// setCredentials rewrites the kubeconfig the process starts with.
+func (w *localWebhook) setCredentials(cfg *rest.Config) {
+	w.t.Helper()
+	if err := cluster.WriteKubeconfig(w.kubeconfig, map[string]*rest.Config{"webhook": cfg}, "webhook"); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 func (w *localWebhook) start() {
