@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -208,6 +209,11 @@ func (r *Runner) Install(ctx context.Context, objs []*unstructured.Unstructured)
 	for _, s := range InstallPlan(objs) {
 		if r.BeforeStep != nil {
 			if err := r.BeforeStep(ctx, s); err != nil {
+				return err
+			}
+		}
+		if s.Objects[0].GetKind() == kindBinding {
+			if err := r.waitParamKindMapped(ctx, objs); err != nil {
 				return err
 			}
 		}
@@ -458,4 +464,105 @@ func nameOf(objs []*unstructured.Unstructured) string {
 		return ""
 	}
 	return name(objs[0])
+}
+
+// The probe of waitParamKindMapped.
+const (
+	probeName    = "sandbox-fence-install-probe"
+	probeMapped  = "no params found"
+	probeTimeout = 2 * time.Minute
+)
+
+// waitParamKindMapped waits until the API server's admission plugin can
+// resolve the FenceConfig kind, before any binding of a policy with that
+// paramKind exists. Why: the plugin maps kinds through a discovery cache
+// it refreshes every 30 seconds, and until then it fails every policy whose
+// paramKind is a kind it has not seen, before looking at match conditions
+// (docs/install.md, the start-up window): a binding applied right after the
+// FenceConfig CRD is created would refuse every CiliumNetworkPolicy write
+// in opted-in namespaces, anyone's, for up to 30 seconds (seen by
+// TestInstallUpgradeUninstallNeverRefusesBystanders). The probe is a policy
+// with that paramKind matching nothing but a dry-run create of one
+// ConfigMap name in the bundle's namespace, bound to a FenceConfig that does
+// not exist with parameterNotFoundAction Deny: its refusal says "no params
+// found" once the kind is mapped, and "failed to find resource referenced
+// by paramKind" before. Three such refusals in a row (API servers behind a
+// load balancer each have their own cache), then the probe is deleted.
+func (r *Runner) waitParamKindMapped(ctx context.Context, objs []*unstructured.Unstructured) error {
+	ns := "default"
+	for _, o := range objs {
+		if o.GetKind() == kindNamespace {
+			ns = o.GetName()
+			break
+		}
+	}
+	policy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": kindPolicy,
+		"metadata": map[string]any{"name": probeName},
+		"spec": map[string]any{
+			"failurePolicy": "Fail",
+			"paramKind":     map[string]any{"apiVersion": fencev1alpha1.GroupVersion.String(), "kind": "FenceConfig"},
+			"matchConstraints": map[string]any{
+				"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}},
+				"resourceRules": []any{map[string]any{
+					"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"configmaps"},
+					"operations": []any{"CREATE"}, "resourceNames": []any{probeName},
+				}},
+			},
+			"validations": []any{map[string]any{"expression": "false", "message": "sandbox-fence install probe"}},
+		},
+	}}
+	binding := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": kindBinding,
+		"metadata": map[string]any{"name": probeName},
+		"spec": map[string]any{
+			"policyName":        probeName,
+			"validationActions": []any{"Deny"},
+			"paramRef":          map[string]any{"name": probeName + "-absent", "parameterNotFoundAction": "Deny"},
+		},
+	}}
+	probe := []*unstructured.Unstructured{policy, binding}
+	for _, o := range probe {
+		if err := r.apply(ctx, o); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, o := range []*unstructured.Unstructured{binding, policy} {
+			_ = r.delete(context.WithoutCancel(ctx), o)
+		}
+	}()
+	r.logf("install: waiting until the API server maps the FenceConfig kind for admission (up to its 30 s discovery refresh)")
+	cms := r.Dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Namespace(ns)
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": probeName, "namespace": ns}}}
+	inARow := 0
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, probeTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := cms.Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case err == nil:
+			last = "admitted (the probe is not in effect yet)"
+			inARow = 0
+		case strings.Contains(err.Error(), probeMapped):
+			inARow++
+		default:
+			last = err.Error()
+			inARow = 0
+		}
+		return inARow >= 3, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API server does not map the FenceConfig kind for admission after %s (last: %s): %w", probeTimeout, last, err)
+	}
+	return r.waitGoneAfterDelete(ctx, probe)
+}
+
+// waitGoneAfterDelete deletes objs and waits until they are gone.
+func (r *Runner) waitGoneAfterDelete(ctx context.Context, objs []*unstructured.Unstructured) error {
+	for i := len(objs) - 1; i >= 0; i-- {
+		if err := r.delete(ctx, objs[i]); err != nil {
+			return err
+		}
+	}
+	return r.waitGone(ctx, objs)
 }
