@@ -41,10 +41,18 @@ func requireLocal(t *testing.T) {
 	}
 }
 
+// freshContext bounds a fresh-cluster case: longer than testContext, since
+// it starts a control plane and builds the webhook on a shared machine.
+func freshContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func newFreshCluster(t *testing.T, withControllerManager bool) *freshCluster {
 	t.Helper()
 	requireLocal(t)
-	ctx := testContext(t)
+	ctx := freshContext(t)
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +91,7 @@ func newFreshCluster(t *testing.T, withControllerManager bool) *freshCluster {
 // crds returns the suite's CRDs of the given API groups.
 func (fc *freshCluster) crds(t *testing.T, groups ...string) []*unstructured.Unstructured {
 	t.Helper()
-	all, err := framework.CRDs(testContext(t), fc.root, logf)
+	all, err := framework.CRDs(freshContext(t), fc.root, logf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,7 +191,7 @@ func (w *localWebhook) waitIdle(ctx context.Context, l *bystanderLoad) error {
 // bundle added.
 func TestInstallUpgradeUninstallNeverRefusesBystanders(t *testing.T) {
 	fc := newFreshCluster(t, true)
-	ctx := testContext(t)
+	ctx := freshContext(t)
 	admin := fc.env.Admin
 	if err := fc.env.InstallCRDs(ctx, fc.crds(t, "agents.x-k8s.io", "extensions.agents.x-k8s.io", "cilium.io")); err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ func readyz(ctx context.Context, probe, path string) (int, string, error) {
 // docs/webhook.md, Prerequisites).
 func TestWebhookWaitsForMissingCRDsAndBecomesReady(t *testing.T) {
 	fc := newFreshCluster(t, false)
-	ctx := testContext(t)
+	ctx := freshContext(t)
 	if _, err := fc.env.Admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: framework.WebhookNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
