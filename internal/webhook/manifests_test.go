@@ -1,12 +1,18 @@
 package webhook_test
 
 import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
@@ -114,5 +120,84 @@ func TestShippedWebhookConfiguration(t *testing.T) {
 				t.Errorf("webhook entries (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestEveryManifestUnderConfigIsInAKustomization fails on a file under
+// config/ that no kustomization lists (as a resource, component, patch,
+// configuration, CRD or generator file): a manifest nobody renders is never
+// installed, nor dry-run by the e2e case
+// TestEveryManifestUnderConfigIsAcceptedByTheServer, which renders the
+// kustomizations. config/crd/testdata holds test inputs, not manifests.
+func TestEveryManifestUnderConfigIsInAKustomization(t *testing.T) {
+	root, err := filepath.Abs(configDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	referenced := map[string]bool{}
+	var files []string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p == filepath.Join(root, "crd", "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Name() != "kustomization.yaml" {
+			files = append(files, p)
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var k struct {
+			Resources      []string `json:"resources"`
+			Components     []string `json:"components"`
+			Configurations []string `json:"configurations"`
+			CRDs           []string `json:"crds"`
+			Patches        []struct {
+				Path string `json:"path"`
+			} `json:"patches"`
+			ConfigMapGenerator []struct {
+				Files []string `json:"files"`
+			} `json:"configMapGenerator"`
+		}
+		if err := yaml.Unmarshal(b, &k); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		refs := append(append(append(k.Resources, k.Components...), k.Configurations...), k.CRDs...)
+		for _, pt := range k.Patches {
+			refs = append(refs, pt.Path)
+		}
+		for _, g := range k.ConfigMapGenerator {
+			for _, f := range g.Files {
+				if i := strings.Index(f, "="); i >= 0 {
+					f = f[i+1:]
+				}
+				refs = append(refs, f)
+			}
+		}
+		for _, r := range refs {
+			if r != "" {
+				referenced[filepath.Join(filepath.Dir(p), r)] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 10 {
+		t.Fatalf("found only %d manifests under %s", len(files), root)
+	}
+	for _, f := range files {
+		if !referenced[f] {
+			rel, _ := filepath.Rel(root, f)
+			t.Errorf("config/%s is listed by no kustomization.yaml: add it to its directory's resources (or patches, components, generator files), or remove it", rel)
+		}
 	}
 }
