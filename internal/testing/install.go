@@ -50,7 +50,19 @@ func InstallReferences(objs []*unstructured.Unstructured, in Install) []string {
 	if get("Namespace", ns) == nil {
 		return bad
 	}
+	clusterScoped := map[string]bool{}
 	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			if scope, _, _ := unstructured.NestedString(o.Object, "spec", "scope"); scope == "Cluster" {
+				kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+				clusterScoped[kind] = true
+			}
+		}
+	}
+	for _, o := range objs {
+		if clusterScoped[o.GetKind()] && o.GetNamespace() != "" {
+			fail("%s %s: cluster-scoped, yet rendered in namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
+		}
 		if o.GetNamespace() != "" && o.GetNamespace() != ns {
 			fail("%s %s: in namespace %q, want %q", o.GetKind(), o.GetName(), o.GetNamespace(), ns)
 		}
