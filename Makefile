@@ -55,7 +55,7 @@ help: ## Show this help.
 ##@ Test
 
 .PHONY: test
-test: test-env test-unit test-cilium fuzz e2e ## Everything: unit, policy, Cilium property, fuzz and end-to-end tests (the CI command).
+test: test-env test-unit test-cilium test-chart fuzz e2e ## Everything: unit, policy, Cilium property, fuzz and end-to-end tests (the CI command).
 
 .PHONY: test-env
 test-env: ## Refuse what would make make test check less than everything.
@@ -106,6 +106,7 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	$(GO) vet -tags e2e ./e2e/...
 	$(GO) vet -tags soak ./e2e/soak/...
 	cd e2e/ciliumproof && $(GO) vet ./...
+	cd hack/chart && $(GO) vet ./...
 
 .PHONY: verify
 verify: lint ## Lint, then check that generated and rendered things are current.
@@ -189,6 +190,25 @@ build: ## Build the webhook binary into bin/.
 .PHONY: image
 image: ## Build the webhook OCI image tarball (no Docker daemon needed) into bin/.
 	$(GO) run ./hack/image -tag $(IMG) -out $(IMAGE_TAR)
+
+# make release VERSION=vX.Y.Z: dist/ (docs/install.md, "Install from a release").
+VERSION ?=
+# Where the release's image index is pushed; install.yaml pins it by digest.
+RELEASE_IMAGE ?= ghcr.io/sandbox-fence/sandbox-fence-webhook
+
+.PHONY: release
+release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, SHA256SUMS (VERSION=vX.Y.Z, RELEASE_IMAGE).
+	@if [ -z "$(VERSION)" ]; then echo "make release: set VERSION=vX.Y.Z (the tag being released)" >&2; exit 2; fi
+	$(GO) run ./hack/release -version $(VERSION) -image $(RELEASE_IMAGE) -out dist
+
+.PHONY: chart
+chart: ## Regenerate charts/sandbox-fence from config/ (hack/chart; TestChartIsCurrent fails on a stale chart).
+	cd hack/chart && $(GO) run . -root ../..
+
+.PHONY: test-chart
+test-chart: testreport ## The Helm chart against config/: generated, same objects as kustomize, lint clean (hack/chart, its own module).
+	cd hack/chart && $(GO) test -json -count=1 ./... 2>&1 | $(BIN)/testreport -allow ../../hack/testreport/allowed-skips.yaml -run test-chart \
+	  -json $(BIN)/test-chart.json -failures $(BIN)/test-chart.failures
 
 .PHONY: kind-load
 kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER).

@@ -36,6 +36,7 @@ type wfStep struct {
 	Run  string            `json:"run"`
 	If   string            `json:"if"`
 	With map[string]string `json:"with"`
+	Env  map[string]string `json:"env"`
 }
 
 // The CI workflow is only useful while its jobs call the make targets the
@@ -114,5 +115,53 @@ func TestCIRunsTestThenOldestThenKind(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"make test", "make e2e-oldest", "make e2e-kind"}, makes); d != "" {
 		t.Errorf(".ci/run make steps (-want +got):\n%s", d)
+	}
+}
+
+// The release workflow runs on a tag, builds with make release and the tag
+// as VERSION, pushes the image index, and attaches every file make release
+// writes (hack/release's list) to the GitHub release.
+func TestReleaseWorkflow(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf workflow
+	if err := yaml.UnmarshalStrict(b, &wf); err != nil {
+		t.Fatalf("release.yml is not a valid workflow document: %v", err)
+	}
+	push, _ := wf.On["push"].(map[string]any)
+	tags, _ := push["tags"].([]any)
+	if len(tags) == 0 || len(wf.On) != 1 {
+		t.Errorf("release.yml must run on tag pushes only: on = %v", wf.On)
+	}
+	var runs []string
+	for _, j := range wf.Jobs {
+		for _, st := range j.Steps {
+			runs = append(runs, st.Run)
+		}
+	}
+	all := strings.Join(runs, "\n")
+	for _, want := range []string{
+		`make release VERSION="${GITHUB_REF_NAME}"`,
+		`crane push --index`,
+		`go run github.com/google/go-containerregistry/cmd/crane@`,
+	} {
+		if !strings.Contains(strings.ReplaceAll(all, "$crane ", "crane "), want) && !strings.Contains(all, want) {
+			t.Errorf("release.yml runs no %q", want)
+		}
+	}
+	// Every file of a release: what hack/release writes for the tag.
+	for _, f := range []string{"dist/install.yaml", "dist/webhook-image.oci.tar", "dist/webhook.spdx.json", "dist/SHA256SUMS", `"dist/sandbox-fence-${GITHUB_REF_NAME#v}.tgz"`} {
+		if !strings.Contains(all, "gh release create") || !strings.Contains(all, f) {
+			t.Errorf("release.yml does not attach %s to the release", f)
+		}
+	}
+	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mk), "\nrelease:") {
+		t.Error("Makefile has no target release that the workflow calls")
 	}
 }

@@ -58,8 +58,11 @@ func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
 		t.Run(rel, func(t *testing.T) {
 			ctx := testContext(t)
 			target := dir
-			if isComponent(t, dir) {
+			switch {
+			case isComponent(t, dir):
 				target = componentOnBase(t, root, dir)
+			case isTransformer(t, dir):
+				target = transformerOnDefault(t, root, dir)
 			}
 			objs, err := framework.Kustomize(ctx, kubectl, target)
 			if err != nil {
@@ -151,6 +154,30 @@ func isComponent(t *testing.T, dir string) bool {
 		t.Fatal(err)
 	}
 	return len(objs) == 1 && objs[0].GetKind() == "Component"
+}
+
+// isTransformer tells a directory of transformer configurations
+// (config/transformers/...) from one of objects: it renders only builtin
+// plugin configurations, which an overlay lists under transformers:.
+func isTransformer(t *testing.T, dir string) bool {
+	t.Helper()
+	rel, err := filepath.Rel(filepath.Dir(filepath.Dir(dir)), dir)
+	return err == nil && strings.HasPrefix(rel, "transformers"+string(filepath.Separator))
+}
+
+// transformerOnDefault writes the overlay config/transformers/namespace is
+// made for: config/default moved into another namespace, the transformer
+// listed after it.
+func transformerOnDefault(t *testing.T, root, dir string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	relBase, _ := filepath.Rel(tmp, filepath.Join(root, "config", "default"))
+	relTr, _ := filepath.Rel(tmp, dir)
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\nnamespace: platform-admission\ntransformers:\n- %s\n", relBase, relTr)
+	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tmp
 }
 
 // componentOnBase writes a kustomization that applies the component at dir

@@ -11,6 +11,14 @@
 //	go run ./hack/image -bin bin/kube-proxy -entrypoint /usr/local/bin/kube-proxy -user "" \
 //	    -tree STAGE -env PATH=/usr/local/bin:/usr/sbin:/usr/bin ... -out kube-proxy.tar
 //
+// With -oci it builds one image per -platforms entry (cross-compiled with
+// GOARCH, CGO_ENABLED=0) and writes them under one OCI image index as an
+// OCI image-layout tarball whose index.json is that index, so its digest is
+// the one `crane push --index` publishes (make release, docs/install.md):
+//
+//	go run ./hack/image -oci dist/webhook-image.oci.tar -platforms linux/amd64,linux/arm64 \
+//	    -version v0.1.0 -bin-dir bin/release -digest-file bin/release/digest
+//
 // The webhook's image has no shell, no libc and no /etc/passwd: the process
 // runs as the numeric user 65532:65532 (non-root), which Kubernetes'
 // runAsNonRoot can verify without a passwd file. `-user ""` leaves the user
@@ -67,6 +75,10 @@ func main() {
 	title := flag.String("title", "sandbox-fence webhook", "org.opencontainers.image.title label.")
 	prebuilt := flag.String("bin", "", "A prebuilt static binary to pack instead of building -pkg.")
 	tree := flag.String("tree", "", "A directory whose contents also go into the image under /.")
+	ociOut := flag.String("oci", "", "Write a multi-platform OCI image-layout tarball here instead of -out.")
+	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "With -oci: the linux/<arch> platforms of the index, comma-separated.")
+	binDir := flag.String("bin-dir", "", "With -oci: keep each platform's binary here as webhook-linux-<arch>.")
+	digestFile := flag.String("digest-file", "", "With -oci: write the index digest (sha256:...) to this file.")
 	var env []string
 	flag.Func("env", "KEY=VALUE in the image's environment (repeatable).", func(v string) error {
 		if !strings.Contains(v, "=") {
@@ -77,6 +89,13 @@ func main() {
 	})
 	flag.Parse()
 	sp := spec{Entrypoint: *entrypoint, User: *user, Arch: *arch, Env: env, Tree: *tree}
+	if *ociOut != "" {
+		if err := runIndex(context.Background(), *ociOut, *platforms, *pkg, *binDir, *digestFile, *version, *title, sp); err != nil {
+			fmt.Fprintln(os.Stderr, "image:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(context.Background(), *tag, *out, *pkg, *prebuilt, *version, *title, sp); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)

@@ -17,14 +17,6 @@ import (
 // that links config/, which is also how a user adds a component.
 func Render(t testing.TB, configDir string, dir string, components ...string) []*unstructured.Unstructured {
 	t.Helper()
-	abs, err := filepath.Abs(configDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := t.TempDir()
-	if err := os.Symlink(abs, filepath.Join(tmp, "config")); err != nil {
-		t.Fatal(err)
-	}
 	k := map[string]any{
 		"apiVersion": "kustomize.config.k8s.io/v1beta1",
 		"kind":       "Kustomization",
@@ -37,6 +29,22 @@ func Render(t testing.TB, configDir string, dir string, components ...string) []
 		}
 		k["components"] = cs
 	}
+	return RenderKustomization(t, configDir, k)
+}
+
+// RenderKustomization builds the kustomization k, whose paths name the
+// repository's config/ directory as config/ (e.g. resources:
+// [config/default]), as an admin's overlay beside a checkout would be built.
+func RenderKustomization(t testing.TB, configDir string, k map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	abs, err := filepath.Abs(configDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	if err := os.Symlink(abs, filepath.Join(tmp, "config")); err != nil {
+		t.Fatal(err)
+	}
 	b, err := yaml.Marshal(k)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +54,7 @@ func Render(t testing.TB, configDir string, dir string, components ...string) []
 	}
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
 	if err != nil {
-		t.Fatalf("kustomize build config/%s %v: %v", dir, components, err)
+		t.Fatalf("kustomize build %s: %v", b, err)
 	}
 	var out []*unstructured.Unstructured
 	for _, r := range m.Resources() {

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
+)
+
+// kubeVersion is the pinned release (hack/tools/kubernetes): Helm's client-only
+// default, v1.20, is below the chart's kubeVersion.
+var kubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+
+const (
+	root     = "../.."
+	chartDir = "../../charts/sandbox-fence"
+)
+
+// The committed chart is the generator's output (make chart): a change to
+// config/ that was not regenerated fails here.
+func TestChartIsCurrent(t *testing.T) {
+	want, err := Generate(filepath.Join(root, "config"), "0.0.0-dev", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]byte{}
+	err = filepath.Walk(chartDir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(chartDir, p)
+		got[rel], err = os.ReadFile(p)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%v (run make chart)", err)
+	}
+	for name := range want {
+		if !bytes.Equal(want[name], got[name]) {
+			t.Errorf("charts/sandbox-fence/%s is stale or missing: run make chart", name)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("charts/sandbox-fence/%s is not generated: run make chart", name)
+		}
+	}
+}
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch, err := loader.LoadDir(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// helmTemplate is `helm template --include-crds` through Helm's own install
+// action (dry run, no cluster), parsed into objects.
+func helmTemplate(t *testing.T, ch *chart.Chart, vals map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	inst := action.NewInstall(&action.Configuration{})
+	inst.DryRun, inst.ClientOnly, inst.IncludeCRDs, inst.Replace = true, true, true, true
+	inst.ReleaseName, inst.Namespace = "sandbox-fence", "default"
+	inst.KubeVersion = kubeVersion
+	rel, err := inst.Run(ch, vals)
+	if err != nil {
+		t.Fatalf("helm template %v: %v", vals, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, doc := range strings.Split(rel.Manifest, "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("helm output: %v\n%s", err, doc)
+		}
+		if len(m) > 0 {
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return out
+}
+
+// byKey indexes objects as kind/namespace/name, normalized through JSON.
+func byKey(t *testing.T, objs []*unstructured.Unstructured) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, o := range objs {
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		collapseBlankLines(m)
+		k := o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+		if _, dup := out[k]; dup {
+			t.Errorf("%s rendered twice", k)
+		}
+		out[k] = m
+	}
+	return out
+}
+
+func compare(t *testing.T, what string, kustomize, helm []*unstructured.Unstructured) {
+	t.Helper()
+	k, h := byKey(t, kustomize), byKey(t, helm)
+	var keys []string
+	for key := range k {
+		keys = append(keys, key)
+	}
+	for key := range h {
+		if _, ok := k[key]; !ok {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		switch {
+		case h[key] == nil:
+			t.Errorf("%s: %s rendered by kustomize, not by Helm", what, key)
+		case k[key] == nil:
+			t.Errorf("%s: %s rendered by Helm, not by kustomize", what, key)
+		case !reflect.DeepEqual(k[key], h[key]):
+			t.Errorf("%s: %s differs: %s", what, key, firstDiff("", k[key], h[key]))
+		}
+	}
+}
+
+// helm template with the default values renders the same objects as
+// kustomize build config/default.
+func TestChartDefaultsRenderConfigDefault(t *testing.T) {
+	compare(t, "default values", tst.Render(t, filepath.Join(root, "config"), "default"), helmTemplate(t, loadChart(t), nil))
+}
+
+// Every switch, one value each, against the kustomization an admin would
+// write for it: webhook on/off, cert-controller or cert-manager, strict
+// delete on/off, each enforcement mode (its config/components/enforcement
+// component).
+func TestChartRendersTheKustomizeBundle(t *testing.T) {
+	ch := loadChart(t)
+	for _, c := range Combos() {
+		if c[0] == "off" && c[1] == "cert-manager" {
+			continue // the same rendering as cert-controller: no webhook
+		}
+		for _, m := range enforcement.Modes {
+			name := fmt.Sprintf("%v/%s", c, m)
+			t.Run(name, func(t *testing.T) {
+				var comps []string
+				if m != enforcement.Deny {
+					comps = append(comps, "config/components/enforcement/"+string(m))
+				}
+				k := Kustomization(c, "", nil, comps...)
+				kobjs := tst.RenderKustomization(t, filepath.Join(root, "config"), k)
+				// The strict-delete component binds; the FenceConfig switch
+				// is the admin's (docs/install.md): the chart sets both.
+				for _, o := range kobjs {
+					if o.GetKind() == "FenceConfig" && c[2] == "on" {
+						o.Object["spec"] = map[string]any{"strictDelete": true}
+					}
+				}
+				vals := map[string]any{
+					"enforcement":  string(m),
+					"webhook":      map[string]any{"enabled": c[0] == "on", "certificates": c[1]},
+					"strictDelete": map[string]any{"enabled": c[2] == "on"},
+				}
+				compare(t, name, kobjs, helmTemplate(t, ch, vals))
+			})
+		}
+	}
+}
+
+// Any namespace, any image, no YAML edits, through values: every reference
+// follows (the same check as config/install_test.go's for kustomize),
+// with either certificate source.
+func TestChartAnyNamespaceAnyImage(t *testing.T) {
+	ch := loadChart(t)
+	const img = "registry.example/x/webhook@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, certs := range []string{"cert-controller", "cert-manager"} {
+		t.Run(certs, func(t *testing.T) {
+			repo, digest, _ := strings.Cut(img, "@")
+			objs := helmTemplate(t, ch, map[string]any{
+				"namespace": map[string]any{"name": "platform-admission"},
+				"image":     map[string]any{"repository": repo, "digest": digest},
+				"webhook":   map[string]any{"certificates": certs},
+			})
+			// Helm installs crds/ untemplated: the CRD's rule keeps naming
+			// the webhook in sandbox-fence-system (docs/install.md, "Install
+			// with Helm"); everything else must follow.
+			var rest []*unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() != "CustomResourceDefinition" {
+					rest = append(rest, o)
+				}
+			}
+			var bad []string
+			for _, b := range tst.InstallReferences(objs, tst.Install{Namespace: "platform-admission", Image: img, CertManager: certs == "cert-manager"}) {
+				if strings.Contains(b, "CustomResourceDefinition") {
+					continue
+				}
+				bad = append(bad, b)
+			}
+			for _, b := range bad {
+				t.Error(b)
+			}
+			if len(rest) == len(objs) {
+				t.Error("no CRD rendered")
+			}
+		})
+	}
+}
+
+// Helm's own linter finds nothing above INFO, with the default values and
+// with every switch flipped.
+func TestChartLints(t *testing.T) {
+	for _, vals := range []map[string]any{nil, {
+		"enforcement":  "audit",
+		"webhook":      map[string]any{"certificates": "cert-manager"},
+		"strictDelete": map[string]any{"enabled": true},
+		"namespace":    map[string]any{"name": "platform-admission", "create": false},
+	}} {
+		res := lint.AllWithKubeVersion(chartDir, vals, "default", kubeVersion)
+		for _, m := range res.Messages {
+			if m.Severity > support.InfoSev {
+				t.Errorf("helm lint %v: %s", vals, m)
+			}
+		}
+	}
+}
+
+// A value outside the modes, a namespace that is no DNS label: the install
+// fails and says which value.
+func TestChartRefusesBadValues(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		vals map[string]any
+		want string
+	}{
+		{map[string]any{"enforcement": "enforce"}, `enforcement "enforce": must be deny, warn, audit`},
+		{map[string]any{"namespace": map[string]any{"name": "Platform_Admission"}}, `namespace.name "Platform_Admission": must be a DNS label`},
+		{map[string]any{"webhook": map[string]any{"certificates": "vault"}}, `webhook.certificates "vault": must be cert-controller or cert-manager`},
+	} {
+		inst := action.NewInstall(&action.Configuration{})
+		inst.DryRun, inst.ClientOnly, inst.ReleaseName, inst.Namespace = true, true, "sandbox-fence", "default"
+		inst.KubeVersion = kubeVersion
+		_, err := inst.Run(ch, tc.vals)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("values %v: error %v, want one containing %q", tc.vals, err, tc.want)
+		}
+	}
+}
+
+// firstDiff names the first field where kustomize's a and Helm's b differ.
+func firstDiff(path string, a, b any) string {
+	switch av := a.(type) {
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		if !ok {
+			return fmt.Sprintf("%s: kustomize %v, helm %v", path, a, b)
+		}
+		keys := map[string]bool{}
+		for k := range av {
+			keys[k] = true
+		}
+		for k := range bv {
+			keys[k] = true
+		}
+		var sorted []string
+		for k := range keys {
+			sorted = append(sorted, k)
+		}
+		sort.Strings(sorted)
+		for _, k := range sorted {
+			if !reflect.DeepEqual(av[k], bv[k]) {
+				return firstDiff(path+"."+k, av[k], bv[k])
+			}
+		}
+	case []any:
+		bv, ok := b.([]any)
+		if !ok || len(av) != len(bv) {
+			return fmt.Sprintf("%s: kustomize %v, helm %v", path, a, b)
+		}
+		for i := range av {
+			if !reflect.DeepEqual(av[i], bv[i]) {
+				return firstDiff(fmt.Sprintf("%s[%d]", path, i), av[i], bv[i])
+			}
+		}
+	}
+	return fmt.Sprintf("%s: kustomize %q, helm %q", path, fmt.Sprint(a), fmt.Sprint(b))
+}
+
+// collapseBlankLines turns "\n\n" into "\n" in every string: kustomize's
+// patches (the enforcement components) re-encode the policies' folded CEL
+// with an extra line break before a more-indented line. CEL reads line
+// breaks as blanks, so the expressions mean the same; everything else must
+// match to the byte.
+func collapseBlankLines(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if s, ok := e.(string); ok {
+				x[k] = collapse(s)
+			} else {
+				collapseBlankLines(e)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if s, ok := e.(string); ok {
+				x[i] = collapse(s)
+			} else {
+				collapseBlankLines(e)
+			}
+		}
+	}
+}
+
+func collapse(s string) string {
+	for strings.Contains(s, "\n\n") {
+		s = strings.ReplaceAll(s, "\n\n", "\n")
+	}
+	return s
+}

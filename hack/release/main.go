@@ -1,0 +1,374 @@
+// Command release writes a release of sandbox-fence into one directory
+// (make release VERSION=vX.Y.Z; docs/install.md, "Install from a release"):
+//
+//   - webhook-image.oci.tar: the webhook's images for linux/amd64 and
+//     linux/arm64 under one OCI image index (hack/image -oci), an OCI
+//     image-layout tarball that `crane push --index` publishes;
+//   - install.yaml: config/default rendered with the image pinned by the
+//     index digest, ordered for one `kubectl apply` (CRD and Namespace
+//     first, the FenceConfig last);
+//   - sandbox-fence-<version>.tgz: the Helm chart (hack/chart) with that
+//     version and image;
+//   - webhook.spdx.json: an SPDX 2.3 SBOM of the webhook binary from its
+//     own build information (main module and every dependency, with
+//     versions and go.sum hashes);
+//   - SHA256SUMS over all of them.
+//
+// Two runs over the same commit write the same bytes: binaries are built
+// with -trimpath -buildvcs=false, every timestamp is SOURCE_DATE_EPOCH
+// (the commit time unless set), and TestReleaseIsReproducible checks it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// DefaultImage is where the release workflow pushes the index unless told
+// otherwise (RELEASE_IMAGE).
+const DefaultImage = "ghcr.io/sandbox-fence/sandbox-fence-webhook"
+
+// devImage is the image config/ names; a release replaces it.
+const devImage = "sandbox-fence/webhook"
+
+var semver = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+
+type options struct {
+	Version string // vX.Y.Z
+	Image   string // repository, without tag or digest
+	Out     string // directory written
+	Root    string // repository checkout
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.Version, "version", "", "Release version, vX.Y.Z (required).")
+	flag.StringVar(&o.Image, "image", DefaultImage, "Image repository the index is pushed to; install.yaml pins it by digest.")
+	flag.StringVar(&o.Out, "out", "dist", "Directory to write the release into (replaced).")
+	flag.StringVar(&o.Root, "root", ".", "Repository checkout.")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "release:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	if !semver.MatchString(o.Version) {
+		return fmt.Errorf("-version %q: want vMAJOR.MINOR.PATCH[-PRERELEASE], e.g. make release VERSION=v0.1.0", o.Version)
+	}
+	if o.Image == "" || strings.ContainsAny(o.Image, "@") || strings.Contains(o.Image[strings.LastIndex(o.Image, "/")+1:], ":") {
+		return fmt.Errorf("-image %q: want a repository without tag or digest, e.g. %s", o.Image, DefaultImage)
+	}
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return err
+	}
+	epoch := os.Getenv("SOURCE_DATE_EPOCH")
+	if epoch == "" {
+		out, err := exec.CommandContext(ctx, "git", "-C", root, "log", "-1", "--format=%ct").Output()
+		if err != nil {
+			return fmt.Errorf("SOURCE_DATE_EPOCH unset and no commit time from git: %w", err)
+		}
+		epoch = strings.TrimSpace(string(out))
+	}
+	var secs int64
+	if _, err := fmt.Sscan(epoch, &secs); err != nil {
+		return fmt.Errorf("SOURCE_DATE_EPOCH=%q: %w", epoch, err)
+	}
+	when := time.Unix(secs, 0).UTC()
+
+	out, err := filepath.Abs(o.Out)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(out); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "sandbox-fence-release-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	env := append(os.Environ(), "SOURCE_DATE_EPOCH="+epoch)
+	digestFile := filepath.Join(work, "digest")
+	if err := goRun(ctx, root, env, "run", "./hack/image", "-oci", filepath.Join(out, "webhook-image.oci.tar"),
+		"-platforms", "linux/amd64,linux/arm64", "-version", o.Version, "-bin-dir", work, "-digest-file", digestFile); err != nil {
+		return err
+	}
+	d, err := os.ReadFile(digestFile)
+	if err != nil {
+		return err
+	}
+	pinned := o.Image + "@" + strings.TrimSpace(string(d))
+
+	manifest, err := installYAML(root, o.Version, pinned)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "install.yaml"), manifest, 0o644); err != nil {
+		return err
+	}
+
+	if err := goRun(ctx, filepath.Join(root, "hack", "chart"), env, "run", ".", "-root", root,
+		"-version", strings.TrimPrefix(o.Version, "v"), "-image", pinned,
+		"-package", filepath.Join(out, "sandbox-fence-"+strings.TrimPrefix(o.Version, "v")+".tgz")); err != nil {
+		return err
+	}
+
+	sbom, err := spdx(o.Version, pinned, when, map[string]string{
+		"linux/amd64": filepath.Join(work, "webhook-linux-amd64"),
+		"linux/arm64": filepath.Join(work, "webhook-linux-arm64"),
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "webhook.spdx.json"), sbom, 0o644); err != nil {
+		return err
+	}
+	sums, err := sha256sums(out)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "SHA256SUMS"), sums, 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("release %s in %s: image %s\n", o.Version, out, pinned)
+	return nil
+}
+
+func goRun(ctx context.Context, dir string, env []string, args ...string) error {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go %s (in %s): %w", strings.Join(args, " "), dir, err)
+	}
+	return nil
+}
+
+// installYAML renders config/default with the image pinned, in the order
+// one `kubectl apply -f` needs on an empty cluster: the CRD and the
+// Namespace before anything that lives in or refers to them, the
+// FenceConfig (an object of that CRD) last.
+func installYAML(root, version, image string) ([]byte, error) {
+	tmp, err := os.MkdirTemp("", "sandbox-fence-install-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Symlink(filepath.Join(root, "config"), filepath.Join(tmp, "config")); err != nil {
+		return nil, err
+	}
+	repo, digest, _ := strings.Cut(image, "@")
+	k, err := yaml.Marshal(map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1beta1",
+		"kind":       "Kustomization",
+		"resources":  []string{"config/default"},
+		"images":     []map[string]string{{"name": devImage, "newName": repo, "digest": digest}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), k, 0o644); err != nil {
+		return nil, err
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build config/default: %w", err)
+	}
+	rank := func(kind, group string) int {
+		switch {
+		case kind == "CustomResourceDefinition":
+			return 0
+		case kind == "Namespace":
+			return 1
+		case group == "fence.sandbox.namzu.ai":
+			return 3
+		}
+		return 2
+	}
+	res := m.Resources()
+	sort.SliceStable(res, func(i, j int) bool {
+		return rank(res[i].GetKind(), res[i].GetGvk().Group) < rank(res[j].GetKind(), res[j].GetGvk().Group)
+	})
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# sandbox-fence %s: config/default with the webhook image %s.\n", version, image)
+	b.WriteString("# kubectl apply --server-side -f install.yaml   (docs/install.md, \"Install from a release\")\n")
+	for _, r := range res {
+		y, err := r.AsYAML()
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	return b.Bytes(), nil
+}
+
+// spdx describes the webhook binaries from the build information the Go
+// linker put into them: the main module and each dependency with its
+// version and go.sum hash (h1, a SHA-256, given in hex as SPDX wants), and
+// each binary's own SHA-256.
+func spdx(version, image string, created time.Time, bins map[string]string) ([]byte, error) {
+	var info *debug.BuildInfo
+	type file struct {
+		Name      string     `json:"fileName"`
+		SPDXID    string     `json:"SPDXID"`
+		Checksums []checksum `json:"checksums"`
+	}
+	var files []file
+	platforms := slices.Sorted(maps.Keys(bins))
+	for _, p := range platforms {
+		bi, err := buildinfo.ReadFile(bins[p])
+		if err != nil {
+			return nil, fmt.Errorf("build information of %s: %w", bins[p], err)
+		}
+		if info == nil {
+			info = bi
+		}
+		b, err := os.ReadFile(bins[p])
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.Sum256(b)
+		files = append(files, file{
+			Name:      "./webhook (" + p + ")",
+			SPDXID:    "SPDXRef-File-webhook-" + strings.ReplaceAll(p, "/", "-"),
+			Checksums: []checksum{{"SHA256", hex.EncodeToString(sum[:])}},
+		})
+	}
+	mods := append([]*debug.Module{&info.Main}, info.Deps...)
+	var pkgs []pkg
+	var rels []rel
+	for i, m := range mods {
+		for m.Replace != nil {
+			m = m.Replace
+		}
+		v := m.Version
+		if i == 0 {
+			v = version // the main module is built from the checkout: (devel)
+		}
+		p := pkg{
+			Name:             m.Path,
+			SPDXID:           fmt.Sprintf("SPDXRef-Package-%d", i),
+			Version:          v,
+			DownloadLocation: "NOASSERTION",
+			FilesAnalyzed:    false,
+			ExternalRefs: []extRef{{
+				Category: "PACKAGE-MANAGER", Type: "purl",
+				Locator: "pkg:golang/" + m.Path + "@" + v,
+			}},
+		}
+		if h, ok := strings.CutPrefix(m.Sum, "h1:"); ok {
+			raw, err := base64.StdEncoding.DecodeString(h)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: go.sum hash %q: %w", m.Path, m.Version, m.Sum, err)
+			}
+			p.Checksums = []checksum{{"SHA256", hex.EncodeToString(raw)}}
+			p.Comment = "checksum: the module's go.sum hash " + m.Sum + " (SHA-256 of its file list, dirhash h1)"
+		}
+		if i == 0 {
+			p.Comment = "the webhook (cmd/webhook), image " + image + "; Go " + info.GoVersion
+			p.DownloadLocation = "git+https://github.com/sandbox-fence/sandbox-fence@" + version
+			rels = append(rels, rel{"SPDXRef-DOCUMENT", "DESCRIBES", p.SPDXID})
+			for _, f := range files {
+				rels = append(rels, rel{p.SPDXID, "CONTAINS", f.SPDXID})
+			}
+		} else {
+			rels = append(rels, rel{"SPDXRef-Package-0", "DEPENDS_ON", p.SPDXID})
+		}
+		pkgs = append(pkgs, p)
+	}
+	doc := map[string]any{
+		"spdxVersion":       "SPDX-2.3",
+		"dataLicense":       "CC0-1.0",
+		"SPDXID":            "SPDXRef-DOCUMENT",
+		"name":              "sandbox-fence-webhook-" + version,
+		"documentNamespace": "https://github.com/sandbox-fence/sandbox-fence/releases/" + version + "/webhook.spdx.json#" + image[strings.Index(image, "@")+1:],
+		"creationInfo": map[string]any{
+			"created":  created.Format(time.RFC3339),
+			"creators": []string{"Tool: sandbox-fence hack/release"},
+		},
+		"packages":      pkgs,
+		"files":         files,
+		"relationships": rels,
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+type checksum struct {
+	Algorithm string `json:"algorithm"`
+	Value     string `json:"checksumValue"`
+}
+
+type extRef struct {
+	Category string `json:"referenceCategory"`
+	Type     string `json:"referenceType"`
+	Locator  string `json:"referenceLocator"`
+}
+
+type pkg struct {
+	Name             string     `json:"name"`
+	SPDXID           string     `json:"SPDXID"`
+	Version          string     `json:"versionInfo"`
+	DownloadLocation string     `json:"downloadLocation"`
+	FilesAnalyzed    bool       `json:"filesAnalyzed"`
+	Checksums        []checksum `json:"checksums,omitempty"`
+	ExternalRefs     []extRef   `json:"externalRefs"`
+	Comment          string     `json:"comment,omitempty"`
+}
+
+type rel struct {
+	Element string `json:"spdxElementId"`
+	Type    string `json:"relationshipType"`
+	Related string `json:"relatedSpdxElement"`
+}
+
+// sha256sums is `sha256sum *` over dir's files, sorted by name.
+func sha256sums(dir string) ([]byte, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == "SHA256SUMS" {
+			continue
+		}
+		c, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "%x  %s\n", sha256.Sum256(c), e.Name())
+	}
+	return b.Bytes(), nil
+}
