@@ -112,6 +112,11 @@ func (r *Report) Line(line string) {
 	case "run":
 		r.ran[pkg] = true
 	case "output":
+		// A test's output is kept even when printed (-v): a skip's message
+		// is read from it.
+		if e.Test != "" {
+			r.output[k] = append(r.output[k], e.Output)
+		}
 		switch {
 		case r.Verbose:
 			fmt.Fprint(r.Out, e.Output)
@@ -120,8 +125,6 @@ func (r *Report) Line(line string) {
 			if e.Output != "PASS\n" && !strings.HasPrefix(e.Output, "=== ") {
 				fmt.Fprint(r.Out, e.Output)
 			}
-		default:
-			r.output[k] = append(r.output[k], e.Output)
 		}
 	case "fail":
 		if e.Test == "" {

@@ -157,6 +157,22 @@ testreport: policies TestSkip skipped and is not in allowed-skips.yaml for run "
 	}
 }
 
+// make e2e-kind runs testreport -v; a skip's message must still be read
+// (it once read "(no message)" there, and every allowed kind skip failed).
+func TestAVerboseReportStillReadsTheSkipMessage(t *testing.T) {
+	var out strings.Builder
+	r := &Report{Module: module, Run: "e2e-kind", Out: &out, Verbose: true, Allow: []Allowed{outage}}
+	for _, l := range skipped("e2e", "TestOutage", "the kind provider gives the suite no handle on the webhook process") {
+		r.Line(l)
+	}
+	if problems := r.Summary("allowed-skips.yaml"); len(problems) != 0 {
+		t.Errorf("problems %q, want none: the skip is allowed for e2e-kind\n%s", problems, out.String())
+	}
+	if !strings.Contains(out.String(), "SKIP e2e TestOutage: the kind provider gives the suite no handle on the webhook process") {
+		t.Errorf("the summary does not show the skip's message:\n%s", out.String())
+	}
+}
+
 func TestAllowlistEntriesNeedAReason(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.yaml")
 	for _, tc := range []struct{ name, yaml, wantErr string }{
