@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -117,6 +116,15 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
+	// Registering the informers now makes the readiness check wait for their
+	// first sync, and fails fast with a clear error when a CRD is missing.
+	for _, obj := range []client.Object{claim, sandbox, &fencev1alpha1.FenceConfig{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
+			gvk, _ := mgr.GetClient().GroupVersionKindFor(obj)
+			return fmt.Errorf("watching %s (is its CRD installed?): %w", gvk, err)
+		}
+	}
+
 	m := webhook.NewMetrics(metrics.Registry)
 	m.SetMode(mode)
 	recorder, stopEvents, err := eventRecorder(restConfig, scheme)
@@ -124,28 +132,6 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		return err
 	}
 	defer stopEvents()
-
-	// The informers start once the CRDs they watch are served, not before:
-	// a missing CRD keeps the webhook up and not ready, says which, and
-	// ends by itself when the CRD appears (prereq.go; docs/install.md,
-	// Prerequisites). Exiting instead would crashloop behind a fail-closed
-	// webhook configuration.
-	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
-	if err != nil {
-		return err
-	}
-	prereqs := &webhook.PrerequisiteState{}
-	if err := mgr.Add(&prerequisiteWatch{
-		discovery: dc,
-		state:     prereqs,
-		recorder:  recorder,
-		self:      o.selfReference(),
-		informers: []client.Object{claim, sandbox, &fencev1alpha1.FenceConfig{}},
-		cache:     mgr.GetCache(),
-		log:       log.WithName("prerequisites"),
-	}); err != nil {
-		return err
-	}
 	metricsSrv, err := metricsServer(o, restConfig, mgr.GetHTTPClient())
 	if err != nil {
 		return err
@@ -174,13 +160,8 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready = every prerequisite is served, the TLS listener answers (so not
-	// before the certificate is there) and the informers have synced (so a
-	// lookup is not a guess). /readyz/prerequisites answers with the names
-	// of what is missing.
-	if err := mgr.AddReadyzCheck("prerequisites", func(*http.Request) error { return prereqs.Err() }); err != nil {
-		return err
-	}
+	// Ready = the TLS listener answers (so not before the certificate is
+	// there) and the informers have synced (so a lookup is not a guess).
 	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return err
 	}
@@ -199,10 +180,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		}
 	} else {
 		ready := make(chan struct{})
-		// Its cache lists and watches only the certificate Secret and the
-		// webhook configuration (rotation.go).
-		rm := rotationManager{Manager: mgr, cfg: narrowedConfig(restConfig, rotationCollections(o.namespace, o.certSecretName, o.webhookConfigName))}
-		if err := rotator.AddRotator(rm, &rotator.CertRotator{
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			SecretKey:      types.NamespacedName{Namespace: o.namespace, Name: o.certSecretName},
 			CertDir:        o.certDir,
 			CAName:         "sandbox-fence-ca",

@@ -5,16 +5,13 @@ import (
 	"io"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
@@ -37,9 +34,6 @@ type deployed struct {
 	ReadyPath, LivePath                       string
 	ProbePortIsHealthFlag, LimitsSet          bool
 	LookupBelowWebhookTimeout                 bool
-	// PriorityClass, and the downward-API env its Events need.
-	PriorityClass         string
-	PodNameEnv, PodUIDEnv string
 	// IssuedSecret is the Secret cert-manager's Certificate writes.
 	IssuedSecret string
 	Objects      []string
@@ -75,18 +69,6 @@ func render(t *testing.T, dir string) deployed {
 		// webhook must answer with its own message first.
 		LookupBelowWebhookTimeout: o.lookupTimeout < 5*time.Second,
 	}
-	out.PriorityClass = d.Spec.Template.Spec.PriorityClassName
-	for _, e := range c.Env {
-		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
-			continue
-		}
-		switch e.Name {
-		case "POD_NAME":
-			out.PodNameEnv = e.ValueFrom.FieldRef.FieldPath
-		case "POD_UID":
-			out.PodUIDEnv = e.ValueFrom.FieldRef.FieldPath
-		}
-	}
 	if sc := d.Spec.Template.Spec.SecurityContext.SeccompProfile; sc != nil {
 		out.Seccomp = sc.Type
 	}
@@ -121,7 +103,6 @@ func TestShippedDeployment(t *testing.T) {
 		CertDirMounted: "certs", CertSecret: "sandbox-fence-webhook-cert",
 		RunAsNonRoot: true, NoPrivilegeEscalation: true, ROFS: true, DropAll: true, Seccomp: corev1.SeccompProfileTypeRuntimeDefault,
 		ReadyPath: "/readyz", LivePath: "/healthz", ProbePortIsHealthFlag: true, LimitsSet: true, LookupBelowWebhookTimeout: true,
-		PriorityClass: "system-cluster-critical", PodNameEnv: "metadata.name", PodUIDEnv: "metadata.uid",
 	}
 	rotating := common
 	rotating.CertRotation = true
@@ -129,7 +110,6 @@ func TestShippedDeployment(t *testing.T) {
 		"ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook", "ClusterRole/sandbox-fence-webhook-cert-rotation",
 		"ClusterRoleBinding/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook-cert-rotation",
 		"Deployment/sandbox-fence-webhook", "Namespace/sandbox-fence-system", "PodDisruptionBudget/sandbox-fence-webhook",
-		"ResourceQuota/sandbox-fence-critical-pods",
 		"Role/sandbox-fence-webhook-cert-rotation", "RoleBinding/sandbox-fence-webhook-cert-rotation",
 		"Secret/sandbox-fence-webhook-cert", "Service/sandbox-fence-webhook", "ServiceAccount/sandbox-fence-webhook",
 		"ValidatingWebhookConfiguration/sandbox-fence-webhook",
@@ -139,7 +119,7 @@ func TestShippedDeployment(t *testing.T) {
 	certManager.Objects = []string{
 		"Certificate/sandbox-fence-webhook", "ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook",
 		"Deployment/sandbox-fence-webhook", "Issuer/sandbox-fence-selfsigned", "Namespace/sandbox-fence-system",
-		"PodDisruptionBudget/sandbox-fence-webhook", "ResourceQuota/sandbox-fence-critical-pods", "Service/sandbox-fence-webhook", "ServiceAccount/sandbox-fence-webhook",
+		"PodDisruptionBudget/sandbox-fence-webhook", "Service/sandbox-fence-webhook", "ServiceAccount/sandbox-fence-webhook",
 		"ValidatingWebhookConfiguration/sandbox-fence-webhook",
 	}
 	cases := []struct {
@@ -191,54 +171,5 @@ func TestEnforcementComponentSetsTheFlag(t *testing.T) {
 				t.Errorf("--enforcement=%s, want %s", o.enforcement, m)
 			}
 		})
-	}
-}
-
-// TestRotationRBACNamesItsObjects: every rule of the certificate rotation's
-// Role and ClusterRole names the one object it is for, list and watch
-// included (the webhook narrows its informers to match, rotation.go), and
-// together they grant exactly what cert-controller sends.
-func TestRotationRBACNamesItsObjects(t *testing.T) {
-	objs := tst.Render(t, configDir, "webhook")
-	type grant struct{ Kind, Resource, Name, Verbs string }
-	var got []grant
-	for _, o := range objs {
-		if (o.GetKind() != "Role" && o.GetKind() != "ClusterRole") || o.GetName() != "sandbox-fence-webhook-cert-rotation" {
-			continue
-		}
-		var r rbacv1.ClusterRole // Role and ClusterRole share rules
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &r); err != nil {
-			t.Fatal(err)
-		}
-		for _, rule := range r.Rules {
-			for _, res := range rule.Resources {
-				if len(rule.ResourceNames) == 0 {
-					got = append(got, grant{o.GetKind(), res, "(any)", strings.Join(rule.Verbs, ",")})
-				}
-				for _, n := range rule.ResourceNames {
-					got = append(got, grant{o.GetKind(), res, n, strings.Join(rule.Verbs, ",")})
-				}
-			}
-		}
-	}
-	want := []grant{
-		{"ClusterRole", "validatingwebhookconfigurations", "sandbox-fence-webhook", "get,list,watch,update,patch"},
-		{"Role", "secrets", "sandbox-fence-webhook-cert", "get,list,watch,update,patch"},
-	}
-	sort.Slice(got, func(i, j int) bool { return got[i].Kind < got[j].Kind })
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("rotation grants (-want +got):\n%s", diff)
-	}
-	// The names granted are the ones the shipped flags make it rotate.
-	var d appsv1.Deployment
-	tst.Find(t, objs, "Deployment", "sandbox-fence-webhook", &d)
-	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o := bindFlags(fs)
-	if err := fs.Parse(d.Spec.Template.Spec.Containers[0].Args); err != nil {
-		t.Fatal(err)
-	}
-	if o.certSecretName != want[1].Name || o.webhookConfigName != want[0].Name {
-		t.Errorf("the Deployment rotates Secret %q and configuration %q; RBAC names %q and %q", o.certSecretName, o.webhookConfigName, want[1].Name, want[0].Name)
 	}
 }

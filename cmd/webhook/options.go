@@ -34,9 +34,6 @@ type options struct {
 	shutdownDrain     time.Duration
 	enforcement       string
 	metricsSecure     bool
-	podName           string
-	podUID            string
-	deploymentName    string
 }
 
 const defaultNamespace = "sandbox-fence-system"
@@ -65,9 +62,6 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info or error.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to let in-flight requests finish on SIGTERM.")
 	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 5*time.Second, "After SIGTERM, how long to keep serving with every response closing its connection, before shutting down (drain.go says why).")
-	fs.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "The webhook's own Pod, which its prerequisite Events are about (defaults to $POD_NAME, set by the downward API); empty puts them on the Deployment --deployment-name.")
-	fs.StringVar(&o.podUID, "pod-uid", os.Getenv("POD_UID"), "The uid of --pod-name (defaults to $POD_UID), so kubectl describe pod lists the Events.")
-	fs.StringVar(&o.deploymentName, "deployment-name", "sandbox-fence-webhook", "The webhook's Deployment in --namespace, for its Events when --pod-name is empty.")
 	fs.StringVar(&o.enforcement, "enforcement", string(enforcement.Deny), "What a violation does: deny (HTTP 422), warn (admit with the denial message as an admission warning and an audit annotation) or audit (admit with the audit annotation only). Set by the component config/components/enforcement/<mode> together with the policies' bindings (contract §9.1).")
 	return o
 }

@@ -1,8 +1,7 @@
 // Package fencectl is what `kubectl fence` does (cmd/kubectl-fence is its
 // wiring): audit what already exists against the installed fence, show one
-// Sandbox's fencing state, and check an installation, all read-only with
-// the caller's credentials; and install or uninstall a rendered bundle in
-// the order of internal/lifecycle, the only commands that write.
+// Sandbox's fencing state, and check an installation. Everything is read
+// with the caller's credentials; nothing is ever written.
 package fencectl
 
 import (

@@ -59,14 +59,12 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubectl fence",
 		Short: "Audit, inspect and check sandbox-fence on a cluster",
-		Long: `kubectl fence reads the cluster with your credentials; only install and uninstall write.
+		Long: `kubectl fence reads the cluster with your credentials and writes nothing.
 
   audit           what the installed fence would refuse among the existing Sandboxes
                   and per-sandbox CiliumNetworkPolicies (exit 1 on findings)
   status SANDBOX  one Sandbox's holder epoch, mode, changed-at and per-sandbox policy
-  check           every piece of the installation, naming what is missing (exit 1 on failures)
-  install -f F    install or upgrade a rendered bundle in a safe order, after a preflight
-  uninstall -f F  remove it in the reverse order (docs/install.md)`,
+  check           every piece of the installation, naming what is missing (exit 1 on failures)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -74,7 +72,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml.")
 	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
 	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
-	cmd.AddCommand(r.audit(), r.status(), r.check(), r.lifecycle(true), r.lifecycle(false))
+	cmd.AddCommand(r.audit(), r.status(), r.check())
 	return cmd
 }
 
@@ -179,44 +177,5 @@ and the webhook's configuration, CA bundle and endpoints.`,
 	cmd.Flags().StringVar(&o.WebhookConfig, "webhook-config", DefaultWebhookConfig, "Name of the ValidatingWebhookConfiguration (and of the webhook Deployment).")
 	cmd.Flags().StringVar(&o.WebhookNamespace, "webhook-namespace", DefaultWebhookNamespace, "Namespace of the webhook Deployment.")
 	cmd.Flags().DurationVar(&o.DialTimeout, "dial-timeout", 5*time.Second, "Bound on the TLS handshake with a webhook reached by URL.")
-	return cmd
-}
-
-// lifecycle is `install` (and upgrade) or `uninstall` of a rendered bundle
-// (internal/lifecycle says in which order, and why).
-func (r *root) lifecycle(install bool) *cobra.Command {
-	var file string
-	use, short := "uninstall", "Delete a rendered bundle: webhook configuration and bindings first, CRDs last"
-	if install {
-		use, short = "install", "Install or upgrade a rendered bundle: preflight, CRDs first, webhook configuration last"
-	}
-	cmd := &cobra.Command{
-		Use:   use + " -f FILE",
-		Short: short,
-		Long: short + `.
-FILE is what kubectl kustomize config/default (or your overlay) renders, or a
-release's install.yaml; "-" reads it from standard input:
-
-  kubectl kustomize config/default | kubectl fence ` + use + ` -f -
-
-docs/install.md explains the order.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			objs, err := readManifests(file, r.streams.In)
-			if err != nil {
-				return err
-			}
-			run, err := r.runner()
-			if err != nil {
-				return err
-			}
-			if install {
-				return run.Install(cmd.Context(), objs)
-			}
-			return run.Uninstall(cmd.Context(), objs)
-		},
-	}
-	cmd.Flags().StringVarP(&file, "filename", "f", "", "The rendered bundle (YAML), or - for standard input.")
-	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
