@@ -38,24 +38,12 @@ func create(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResourc
 	if err == nil {
 		t.Cleanup(func() {
 			err := env.Admin.Dynamic.Resource(gvr).Namespace(obj.GetNamespace()).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
-			if err != nil && !apierrors.IsNotFound(err) && !namespaceGone(obj.GetNamespace()) {
+			if err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("cleanup %s %s: %v", gvr.Resource, obj.GetName(), err)
 			}
 		})
 	}
 	return got, err
-}
-
-// namespaceGone reports whether namespace no longer exists: its objects went
-// with it. A DELETE into a deleted namespace can be refused instead of 404
-// (v1.33's VAP plugin answers "failed to configure policy: namespaces ...
-// not found" while resolving the binding's namespace), so cleanup asks.
-func namespaceGone(namespace string) bool {
-	if namespace == "" {
-		return false
-	}
-	_, err := env.Admin.Kube.CoreV1().Namespaces().Get(context.Background(), namespace, metav1.GetOptions{})
-	return apierrors.IsNotFound(err)
 }
 
 // mustCreate is create that fails the test on any error.
