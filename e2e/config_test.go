@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
@@ -138,6 +139,11 @@ func TestMissingFenceConfigBlocksOnlyBoundHosts(t *testing.T) {
 // fencedNamespaceWithObjects creates an opted-in namespace holding what a
 // host leaves in one: a claim and a pool-less Sandbox, each with its
 // per-sandbox policy (created by the admin, whom the fence never checks).
+// The objects have no cleanup of their own: deleting the namespace is what
+// the callers test, and its cleanup removes them. (A DELETE of each object
+// after the namespace is gone proves nothing, and its answer varies: a
+// 404, v1.33's "failed to configure policy: namespaces ... not found", or a
+// connection the API server just restarted by the caller did not keep.)
 func fencedNamespaceWithObjects(t *testing.T) string {
 	t.Helper()
 	ctx := testContext(t)
@@ -149,8 +155,13 @@ func fencedNamespaceWithObjects(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = kc.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	key := fence.DefaultPerSandboxLabelKey
-	c := mustCreate(t, env.Admin, framework.ClaimGVR, framework.MakeClaim(ns, "claim").PodLabel(key, "claim").Obj())
-	s := mustCreate(t, env.Admin, framework.SandboxGVR, framework.MakeSandbox(ns, "sandbox").PodLabel(key, "sandbox").Annotation(fence.AnnotationHolderEpoch, "3").Obj())
+	inNamespace := func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) *unstructured.Unstructured {
+		got, err := env.Admin.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{FieldManager: framework.FieldManager})
+		framework.ExpectAdmitted(t, "create "+gvr.Resource+" "+obj.GetName()+" in "+ns+" as admin", err)
+		return got
+	}
+	c := inNamespace(framework.ClaimGVR, framework.MakeClaim(ns, "claim").PodLabel(key, "claim").Obj())
+	s := inNamespace(framework.SandboxGVR, framework.MakeSandbox(ns, "sandbox").PodLabel(key, "sandbox").Annotation(fence.AnnotationHolderEpoch, "3").Obj())
 	for _, o := range []*unstructured.Unstructured{c, s} {
 		p, err := fence.BuildPerSandboxPolicy(fence.PolicyInput{
 			Owner: fence.PolicyOwner{Kind: o.GetKind(), Name: o.GetName(), UID: string(o.GetUID())}, Namespace: ns, Hosts: []string{"example.com"},
@@ -158,7 +169,7 @@ func fencedNamespaceWithObjects(t *testing.T) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustCreate(t, env.Admin, framework.CNPGVR, p)
+		inNamespace(framework.CNPGVR, p)
 	}
 	return ns
 }
