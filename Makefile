@@ -75,9 +75,13 @@ testreport: ## Build hack/testreport, which checks every go test run for skips.
 upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the tests check against (the version pinned in e2e/ciliumproof/go.mod; once, into the Go module cache).
 	cd e2e/ciliumproof && $(GO) mod download github.com/cilium/cilium
 
+# -timeout 30m: with an empty build cache TestReleaseIsReproducible
+# (hack/release) cross-compiles the webhook for arm64 and builds the Helm
+# chart module while every other package compiles beside it; on this 2-core
+# machine that outlasted go test's default 10 minutes (2026-12-01).
 .PHONY: test-unit
 test-unit: testreport upstream-crds ## Unit and offline policy tests: go test ./... (no cluster needed).
-	$(call gotest,test-unit,-count=1 ./...)
+	$(call gotest,test-unit,-count=1 -timeout 30m ./...)
 
 .PHONY: fuzz
 fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (testdata/fuzz/).

@@ -77,8 +77,9 @@ func TestWorkflowRunsTheDocumentedTargets(t *testing.T) {
 		got[name] = s
 	}
 	want := map[string]jobSummary{
-		"test":     {Runs: []string{"make test"}, Checkout: true, GoFromMod: true},
-		"e2e-kind": {Runs: []string{"make e2e-kind"}, Needs: "test", Checkout: true, GoFromMod: true},
+		"test":       {Runs: []string{"make test"}, Checkout: true, GoFromMod: true},
+		"e2e-oldest": {Runs: []string{"make e2e-oldest"}, Needs: "test", Checkout: true, GoFromMod: true},
+		"e2e-kind":   {Runs: []string{"make e2e-kind"}, Needs: "test", Checkout: true, GoFromMod: true},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("workflow jobs (-want +got):\n%s", d)
@@ -91,7 +92,7 @@ func TestWorkflowRunsTheDocumentedTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, target := range []string{"test", "e2e-kind"} {
+	for _, target := range []string{"test", "e2e-oldest", "e2e-kind"} {
 		if !strings.Contains(string(mk), "\n"+target+":") {
 			t.Errorf("Makefile has no target %q that the workflow calls", target)
 		}
