@@ -44,6 +44,8 @@ func TestEveryHostDeleteLeavesThePerSandboxPolicyOwnedOrGone(t *testing.T) {
 		//nolint:staticcheck // SA1019: as above
 		{name: "orphanDependents false", opts: metav1.DeleteOptions{OrphanDependents: ptr(false)}},
 		{name: "a delete-collection with propagationPolicy Orphan", opts: metav1.DeleteOptions{PropagationPolicy: &orphan}, collection: true, refused: true},
+		//nolint:staticcheck // SA1019: as above
+		{name: "a delete-collection with orphanDependents true", opts: metav1.DeleteOptions{OrphanDependents: ptr(true)}, collection: true, refused: true},
 		{name: "a delete-collection without options", collection: true},
 	}
 	for _, kind := range []string{fence.OwnerKindSandboxClaim, fence.OwnerKindSandbox} {
