@@ -319,10 +319,12 @@ func (k *Kind) deploy(ctx context.Context) (*framework.Env, error) {
 		}
 		env.WebhookProcess = &deploymentScaler{env: env}
 		env.WebhookMetrics = kindMetrics{env: env}
-		// No SetEnforcement here: a mode switch that re-rendered and rolled
-		// the Deployment timed out on its first kind run (2026-12-01), so
-		// TestEnforcementModes skips on kind (allowlisted) and runs on the
-		// local control plane.
+		// k.setEnforcement is not offered yet: on its first kind run
+		// (2026-12-01) the re-rendered Deployment's pods never became ready
+		// within the case's timeout, and restoring deny failed with them.
+		// Until that is understood TestEnforcementModes skips here (allowed
+		// for e2e-kind) and runs on the local control plane.
+		_ = k.setEnforcement
 	}
 	env.APIServerProcess = &kindAPIServer{k: k}
 	env.Nodes = &kindNodes{k: k}
