@@ -319,12 +319,7 @@ func (k *Kind) deploy(ctx context.Context) (*framework.Env, error) {
 		}
 		env.WebhookProcess = &deploymentScaler{env: env}
 		env.WebhookMetrics = kindMetrics{env: env}
-		// k.setEnforcement is not offered yet: on its first kind run
-		// (2026-12-01) the re-rendered Deployment's pods never became ready
-		// within the case's timeout, and restoring deny failed with them.
-		// Until that is understood TestEnforcementModes skips here (allowed
-		// for e2e-kind) and runs on the local control plane.
-		_ = k.setEnforcement
+		env.SetEnforcement = k.setEnforcement
 	}
 	env.APIServerProcess = &kindAPIServer{k: k}
 	env.Nodes = &kindNodes{k: k}
