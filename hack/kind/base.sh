@@ -19,11 +19,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${BIN:-$root/bin}
 stamp=$bin/.kind-base.stamp
-# One build at a time: hack/prebuild.sh may be building it beside make; a
-# second caller waits, then finds it up to date.
-mkdir -p "$bin"
-exec 8>"$bin"/.kind-base.lock
-flock 8
 suite=bookworm
 # What kind's Dockerfile installs, less what only other storage or rootless
 # setups use (nfs-common, open-iscsi, e2fsprogs, fuse-overlayfs), plus the
