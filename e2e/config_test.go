@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
@@ -155,13 +154,8 @@ func fencedNamespaceWithObjects(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = kc.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	key := fence.DefaultPerSandboxLabelKey
-	inNamespace := func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) *unstructured.Unstructured {
-		got, err := env.Admin.Dynamic.Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{FieldManager: framework.FieldManager})
-		framework.ExpectAdmitted(t, "create "+gvr.Resource+" "+obj.GetName()+" in "+ns+" as admin", err)
-		return got
-	}
-	c := inNamespace(framework.ClaimGVR, framework.MakeClaim(ns, "claim").PodLabel(key, "claim").Obj())
-	s := inNamespace(framework.SandboxGVR, framework.MakeSandbox(ns, "sandbox").PodLabel(key, "sandbox").Annotation(fence.AnnotationHolderEpoch, "3").Obj())
+	c := mustCreateKept(t, env.Admin, framework.ClaimGVR, framework.MakeClaim(ns, "claim").PodLabel(key, "claim").Obj())
+	s := mustCreateKept(t, env.Admin, framework.SandboxGVR, framework.MakeSandbox(ns, "sandbox").PodLabel(key, "sandbox").Annotation(fence.AnnotationHolderEpoch, "3").Obj())
 	for _, o := range []*unstructured.Unstructured{c, s} {
 		p, err := fence.BuildPerSandboxPolicy(fence.PolicyInput{
 			Owner: fence.PolicyOwner{Kind: o.GetKind(), Name: o.GetName(), UID: string(o.GetUID())}, Namespace: ns, Hosts: []string{"example.com"},
@@ -169,7 +163,7 @@ func fencedNamespaceWithObjects(t *testing.T) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inNamespace(framework.CNPGVR, p)
+		mustCreateKept(t, env.Admin, framework.CNPGVR, p)
 	}
 	return ns
 }

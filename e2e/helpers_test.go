@@ -34,7 +34,7 @@ func name(prefix string) string { return prefix + "-" + rand.String(6) }
 // create creates obj as id and deletes it (as admin) when the test ends.
 func create(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	t.Helper()
-	got, err := id.Dynamic.Resource(gvr).Namespace(obj.GetNamespace()).Create(testContext(t), obj, metav1.CreateOptions{FieldManager: framework.FieldManager})
+	got, err := createKept(t, id, gvr, obj)
 	if err == nil {
 		t.Cleanup(func() {
 			err := env.Admin.Dynamic.Resource(gvr).Namespace(obj.GetNamespace()).Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{})
@@ -46,12 +46,32 @@ func create(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResourc
 	return got, err
 }
 
+// createKept creates obj as id and leaves its removal to the test: for an
+// object in a namespace the test deletes, which takes the object with it.
+func createKept(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	t.Helper()
+	return id.Dynamic.Resource(gvr).Namespace(obj.GetNamespace()).Create(testContext(t), obj, metav1.CreateOptions{FieldManager: framework.FieldManager})
+}
+
 // mustCreate is create that fails the test on any error.
 func mustCreate(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) *unstructured.Unstructured {
 	t.Helper()
 	got, err := create(t, id, gvr, obj)
-	framework.ExpectAdmitted(t, fmt.Sprintf("create %s %s as %s", gvr.Resource, obj.GetName(), id.Name), err)
+	expectCreated(t, id, gvr, obj, err)
 	return got
+}
+
+// mustCreateKept is createKept that fails the test on any error.
+func mustCreateKept(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	got, err := createKept(t, id, gvr, obj)
+	expectCreated(t, id, gvr, obj, err)
+	return got
+}
+
+func expectCreated(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, err error) {
+	t.Helper()
+	framework.ExpectAdmitted(t, fmt.Sprintf("create %s %s as %s", gvr.Resource, obj.GetName(), id.Name), err)
 }
 
 func get(t *testing.T, gvr schema.GroupVersionResource, ns, n string) *unstructured.Unstructured {
