@@ -51,6 +51,11 @@ const (
 	// per-sandbox policies, lacks the opt-in label, so the fence does not
 	// see policy writes there (contract §8.3).
 	CheckNamespaceNotOptedIn = "namespace-not-opted-in"
+	// CheckNamespaceMissing: a Sandbox or per-sandbox policy whose namespace
+	// no longer exists: a namespace deletion finished without removing it.
+	// No policy can be evaluated for it: the API server's evaluator answers
+	// that the namespace is not found, until the namespace is there again.
+	CheckNamespaceMissing = "namespace-missing"
 )
 
 // Finding is one thing the fence would refuse today, or cannot see.
@@ -134,8 +139,16 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	nss := map[string]*corev1.Namespace{}
+	for i := range in.namespaces {
+		nss[in.namespaces[i].Name] = &in.namespaces[i]
+	}
 	report.Sandboxes = len(sandboxes)
 	for i := range sandboxes {
+		if f := namespaceMissing(nss, &sandboxes[i]); f != nil {
+			report.Findings = append(report.Findings, *f)
+			continue
+		}
 		f, err := auditSandbox(ctx, h, &sandboxes[i])
 		if err != nil {
 			return nil, err
@@ -147,10 +160,6 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 	if in.config != nil {
 		spec = in.config.Spec
 	}
-	nss := map[string]*corev1.Namespace{}
-	for i := range in.namespaces {
-		nss[in.namespaces[i].Name] = &in.namespaces[i]
-	}
 	owners := newListedOwners(claims, sandboxes)
 	notOptedIn := map[string]bool{}
 	for i := range cnps {
@@ -159,6 +168,10 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 			continue
 		}
 		report.PerSandboxPolicies++
+		if f := namespaceMissing(nss, cnp); f != nil {
+			report.Findings = append(report.Findings, *f)
+			continue
+		}
 		if ns := nss[cnp.GetNamespace()]; ns != nil && !optedIn(ns) {
 			notOptedIn[ns.Name] = true
 		}
@@ -219,6 +232,17 @@ func startHarness(ctx context.Context, in *installed) (*vapeval.Harness, error) 
 		return nil, fmt.Errorf("loading the installed policies into the evaluator: %w", err)
 	}
 	return h, nil
+}
+
+// namespaceMissing reports obj when its namespace is not among the listed
+// ones. The API server's evaluator would only say the namespace is not
+// found, which is no verdict on the object; the remedy is the namespace's.
+func namespaceMissing(nss map[string]*corev1.Namespace, obj *unstructured.Unstructured) *Finding {
+	if nss[obj.GetNamespace()] != nil {
+		return nil
+	}
+	return &Finding{Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(), Check: CheckNamespaceMissing, By: "Namespace",
+		Message: fmt.Sprintf("namespace %q does not exist, but this %s is still stored in it: a deletion of the namespace finished without removing it; create the namespace again and delete it to remove what it holds", obj.GetNamespace(), obj.GetKind())}
 }
 
 func auditSandbox(ctx context.Context, h *vapeval.Harness, sbx *unstructured.Unstructured) ([]Finding, error) {

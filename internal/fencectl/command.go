@@ -101,7 +101,8 @@ every namespace against the installed ValidatingAdmissionPolicies, with the API
 server's own evaluator and the bindings taken as Deny whatever mode they run in,
 and runs the webhook's owner checks on every per-sandbox policy. Findings:
 malformed-annotation, oversized-annotation, orphan-finalizer, policy-not-admitted,
-orphaned-policy, owner-label, namespace-not-opted-in (docs/kubectl-fence.md).`,
+orphaned-policy, owner-label, namespace-not-opted-in, namespace-missing
+(docs/kubectl-fence.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := r.clients()
