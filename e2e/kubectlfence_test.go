@@ -83,7 +83,10 @@ func waitCleanAudit(t *testing.T) {
 	var last []string
 	err := framework.Eventually(testContext(t), 90*time.Second, 500*time.Millisecond, "kubectl fence audit finds nothing", func(ctx context.Context) (bool, string, error) {
 		_, r := auditReport(t)
-		last = findingKeys(r)
+		last = last[:0]
+		for _, f := range r.Findings {
+			last = append(last, fmt.Sprintf("%s %s/%s %s: %s", f.Kind, f.Namespace, f.Name, f.Check, f.Message))
+		}
 		return len(r.Findings) == 0, strings.Join(last, "; "), nil
 	})
 	if err != nil {
