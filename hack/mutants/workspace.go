@@ -22,7 +22,7 @@ const module = "github.com/sandbox-fence/sandbox-fence"
 // mutant of a policy. A mutant of the webhook configuration starts with
 // internal/webhook. TestYAMLReadersAreComplete fails when a package's tests
 // read config/ or policies/ and it is missing here.
-var yamlReaders = []string{"policies", "internal/enforcement", "internal/webhook", "cmd/webhook", "config"}
+var yamlReaders = []string{"policies", "internal/enforcement", "internal/fencectl", "internal/webhook", "cmd/webhook", "config"}
 
 // firstStage is, by package, the tests run first: the policy cases kill most
 // policy mutants in seconds, where the whole package takes half a minute
