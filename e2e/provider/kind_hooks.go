@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +18,70 @@ import (
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 )
+
+// setEnforcement installs the bundle in mode as an admin would on a real
+// cluster: it renders config/default with the mode's component
+// (config/components/enforcement; none for deny), replaces the policies,
+// bindings, webhook configuration (keeping the CA the webhook injected) and
+// the Deployment it yields, and returns once every webhook pod runs the
+// rendered command line and is ready, the old ones gone. The suite then
+// waits on its markers for the verdicts of the mode.
+func (k *Kind) setEnforcement(ctx context.Context, mode string) error {
+	objs, err := framework.RenderMode(ctx, filepath.Join(k.BinDir, "kubectl"), k.RepoRoot, mode)
+	if err != nil {
+		return err
+	}
+	var deploy *unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			err = k.env.ReplaceSpec(ctx, o, nil)
+		case "ValidatingWebhookConfiguration":
+			err = k.env.ReplaceSpec(ctx, o, framework.KeepCABundles)
+		case "Deployment":
+			deploy = o
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if deploy == nil {
+		return fmt.Errorf("config/default in %s mode renders no Deployment", mode)
+	}
+	if err := k.env.ReplaceSpec(ctx, deploy, nil); err != nil {
+		return err
+	}
+	if err := framework.WaitWebhookRolledOut(ctx, k.env, 5*time.Minute); err != nil {
+		return err
+	}
+	want := framework.ContainerArgs(deploy)
+	replicas, _, _ := unstructured.NestedInt64(deploy.Object, "spec", "replicas")
+	err = framework.Eventually(ctx, 2*time.Minute, 250*time.Millisecond, "every webhook pod runs "+strings.Join(want, " "), func(ctx context.Context) (bool, string, error) {
+		pods, err := k.env.Admin.Kube.CoreV1().Pods(framework.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: framework.WebhookPodSelector})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		current := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 || !slices.Equal(p.Spec.Containers[0].Args, want) {
+				return false, "pod " + p.Name + " of the previous mode is still there", nil
+			}
+			if podReady(&p) {
+				current++
+			}
+		}
+		return int64(current) == replicas, fmt.Sprintf("%d of %d pods ready", current, replicas), nil
+	})
+	if err != nil {
+		return err
+	}
+	flag := framework.EnforcementFlag(deploy)
+	if flag == "" {
+		flag = "no --enforcement (deny)"
+	}
+	k.Logf("kind: webhook rolled out with %s", flag)
+	return nil
+}
 
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
