@@ -131,13 +131,18 @@ func (e *Env) WithoutHolderEpochBinding(ctx context.Context, fn func() error) (e
 // owner does not exist, which only the webhook can refuse).
 func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 	var ms []Marker
-	e.Policies = map[string]bool{}
+	// What is installed is recorded only once every lookup has answered: a
+	// lookup that failed (a context that ran out, an API server restarting)
+	// says nothing of the bundle, and must not make later cases skip as if
+	// a policy were absent.
+	installed := map[string]bool{}
 	exists := func(name string) (bool, error) {
 		_, err := e.Admin.Dynamic.Resource(VAPGVR).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
+			installed[name] = false
 			return false, nil
 		}
-		e.Policies[name] = err == nil
+		installed[name] = err == nil
 		return err == nil, err
 	}
 	if ok, err := exists(PolicyHolderEpochRepair); err != nil {
@@ -170,6 +175,7 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 	} else if !ok {
 		logMissing(PolicyStrictDelete)
 	}
+	e.Policies = installed
 	for _, p := range []string{PolicyHolderEpoch, PolicyCiliumEgress, PolicyCiliumOwner} {
 		if !e.Policies[p] {
 			logMissing(p)

