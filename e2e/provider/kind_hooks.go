@@ -57,7 +57,18 @@ func (k *Kind) setEnforcement(ctx context.Context, mode string) error {
 		return err
 	}
 	want := framework.ContainerArgs(deploy)
-	replicas, _, _ := unstructured.NestedInt64(deploy.Object, "spec", "replicas")
+	// The replicas are read from the Deployment the cluster now has: the
+	// rendered object's number is decoded as a float64, which NestedInt64
+	// reads as 0 (so "2 of 0 ready endpoints" never held: the mode
+	// switch's two failed kind runs).
+	live, err := k.env.Admin.Kube.AppsV1().Deployments(framework.WebhookNamespace).Get(ctx, framework.WebhookName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	replicas := int64(1)
+	if live.Spec.Replicas != nil {
+		replicas = int64(*live.Spec.Replicas)
+	}
 	// What the mode's verdicts need is that the Service sends reviews only
 	// to pods running the rendered command line: every ready endpoint is
 	// such a pod, one per replica. A pod of the old command line that is
