@@ -117,7 +117,11 @@ func TestEnforcementModes(t *testing.T) {
 	if env.SetEnforcement == nil {
 		t.Skip("this provider cannot switch the installed bundle's enforcement mode (the local provider does)")
 	}
-	ctx := testContext(t)
+	// Three switches, each a rollout of the webhook Deployment on kind
+	// (about a minute each under the suite's load): more than
+	// testContext's 3 minutes, which the first kind run ran out of.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	t.Cleanup(cancel)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		if err := env.SetEnforcement(ctx, "deny"); err != nil {

@@ -79,9 +79,10 @@ func ContainerArgs(d *unstructured.Unstructured) []string {
 // the stored object of the same name, or creates it. Replaced, not
 // server-side applied: validationActions is a set, and apply would merge it
 // with values other field managers own (a test that re-created a binding,
-// say) instead of replacing it. A conflict with another writer is retried
-// on the fresh object.
-func (e *Env) ReplaceSpec(ctx context.Context, obj *unstructured.Unstructured) error {
+// say) instead of replacing it. keep, when set, may carry values of the
+// live object over (a caBundle the webhook injected); a conflict with
+// another writer is retried on the fresh object.
+func (e *Env) ReplaceSpec(ctx context.Context, obj *unstructured.Unstructured, keep func(live, obj *unstructured.Unstructured) error) error {
 	mapper, err := e.Mapper()
 	if err != nil {
 		return err
@@ -99,8 +100,14 @@ func (e *Env) ReplaceSpec(ctx context.Context, obj *unstructured.Unstructured) e
 		if err != nil {
 			return err
 		}
+		want := obj.DeepCopy()
+		if keep != nil {
+			if err := keep(cur, want); err != nil {
+				return err
+			}
+		}
 		for _, k := range []string{"spec", "webhooks"} {
-			if v, ok := obj.Object[k]; ok {
+			if v, ok := want.Object[k]; ok {
 				cur.Object[k] = v
 			}
 		}
@@ -111,4 +118,33 @@ func (e *Env) ReplaceSpec(ctx context.Context, obj *unstructured.Unstructured) e
 		return fmt.Errorf("replace %s %s: %w", obj.GetKind(), obj.GetName(), err)
 	}
 	return nil
+}
+
+// KeepCABundles is a ReplaceSpec keep function for a webhook configuration
+// whose CA the webhook injects itself (--cert-rotation): every webhook of
+// obj gets the caBundle the live webhook of the same name has, so the
+// replacement does not cut the API server off the webhook until the next
+// injection.
+func KeepCABundles(live, obj *unstructured.Unstructured) error {
+	cas := map[string]any{}
+	liveHooks, _, _ := unstructured.NestedSlice(live.Object, "webhooks")
+	for _, h := range liveHooks {
+		m, _ := h.(map[string]any)
+		name, _ := m["name"].(string)
+		if ca, ok, _ := unstructured.NestedFieldNoCopy(m, "clientConfig", "caBundle"); ok {
+			cas[name] = ca
+		}
+	}
+	hooks, _, _ := unstructured.NestedSlice(obj.Object, "webhooks")
+	for i, h := range hooks {
+		m, _ := h.(map[string]any)
+		name, _ := m["name"].(string)
+		if ca, ok := cas[name]; ok {
+			if err := unstructured.SetNestedField(m, ca, "clientConfig", "caBundle"); err != nil {
+				return err
+			}
+			hooks[i] = m
+		}
+	}
+	return unstructured.SetNestedSlice(obj.Object, hooks, "webhooks")
 }

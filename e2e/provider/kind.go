@@ -319,10 +319,7 @@ func (k *Kind) deploy(ctx context.Context) (*framework.Env, error) {
 		}
 		env.WebhookProcess = &deploymentScaler{env: env}
 		env.WebhookMetrics = kindMetrics{env: env}
-		// No SetEnforcement here: a mode switch that re-rendered and rolled
-		// the Deployment timed out on its first kind run (2026-12-01), so
-		// TestEnforcementModes skips on kind (allowlisted) and runs on the
-		// local control plane.
+		env.SetEnforcement = k.setEnforcement
 	}
 	env.APIServerProcess = &kindAPIServer{k: k}
 	env.Nodes = &kindNodes{k: k}

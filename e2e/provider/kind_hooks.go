@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
@@ -16,6 +19,134 @@ import (
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 )
+
+// setEnforcement installs the bundle in mode as an admin would on a real
+// cluster: it renders config/default with the mode's component
+// (config/components/enforcement; none for deny), replaces the policies,
+// bindings, webhook configuration (keeping the CA the webhook injected) and
+// the Deployment it yields, and returns once the Deployment has rolled out
+// and the webhook Service's ready endpoints are the pods running the
+// rendered command line, one per replica. The suite then waits on its
+// markers for the verdicts of the mode.
+func (k *Kind) setEnforcement(ctx context.Context, mode string) error {
+	objs, err := framework.RenderMode(ctx, filepath.Join(k.BinDir, "kubectl"), k.RepoRoot, mode)
+	if err != nil {
+		return err
+	}
+	var deploy *unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			err = k.env.ReplaceSpec(ctx, o, nil)
+		case "ValidatingWebhookConfiguration":
+			err = k.env.ReplaceSpec(ctx, o, framework.KeepCABundles)
+		case "Deployment":
+			deploy = o
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if deploy == nil {
+		return fmt.Errorf("config/default in %s mode renders no Deployment", mode)
+	}
+	if err := k.env.ReplaceSpec(ctx, deploy, nil); err != nil {
+		return err
+	}
+	if err := framework.WaitWebhookRolledOut(ctx, k.env, 5*time.Minute); err != nil {
+		return err
+	}
+	want := framework.ContainerArgs(deploy)
+	// The replicas are read from the Deployment the cluster now has: the
+	// rendered object's number is decoded as a float64, which NestedInt64
+	// reads as 0 (so "2 of 0 ready endpoints" never held: the mode
+	// switch's two failed kind runs).
+	live, err := k.env.Admin.Kube.AppsV1().Deployments(framework.WebhookNamespace).Get(ctx, framework.WebhookName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	replicas := int64(1)
+	if live.Spec.Replicas != nil {
+		replicas = int64(*live.Spec.Replicas)
+	}
+	// What the mode's verdicts need is that the Service sends reviews only
+	// to pods running the rendered command line: every ready endpoint is
+	// such a pod, one per replica. A pod of the old command line that is
+	// still terminating is no ready endpoint (a pod on a node that came
+	// back from the node-loss case can take long to go), so it is reported,
+	// not waited for.
+	var why string
+	err = framework.Eventually(ctx, 2*time.Minute, 250*time.Millisecond, "the webhook Service's ready endpoints are the pods running "+strings.Join(want, " "), func(ctx context.Context) (bool, string, error) {
+		ok, reason, err := k.endpointsRun(ctx, want, replicas)
+		if err != nil {
+			// Keep the last reason: a failed list says nothing of the pods.
+			return false, why + " (then: " + err.Error() + ")", nil
+		}
+		why = reason
+		return ok, why, nil
+	})
+	if err != nil {
+		return err
+	}
+	flag := framework.EnforcementFlag(deploy)
+	if flag == "" {
+		flag = "no --enforcement (deny)"
+	}
+	k.Logf("kind: webhook rolled out with %s (%s)", flag, why)
+	return nil
+}
+
+// endpointsRun tells whether the webhook Service's ready endpoints are
+// exactly replicas pods, each running args, and if not, why.
+func (k *Kind) endpointsRun(ctx context.Context, args []string, replicas int64) (bool, string, error) {
+	kc := k.env.Admin.Kube
+	pods, err := kc.CoreV1().Pods(framework.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: framework.WebhookPodSelector})
+	if err != nil {
+		return false, "", err
+	}
+	byIP := map[string]*corev1.Pod{}
+	var others []string
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.PodIP != "" {
+			byIP[p.Status.PodIP] = p
+		}
+		if len(p.Spec.Containers) == 0 || !slices.Equal(p.Spec.Containers[0].Args, args) {
+			state := string(p.Status.Phase)
+			if p.DeletionTimestamp != nil {
+				state = "terminating since " + p.DeletionTimestamp.Format(time.RFC3339)
+			}
+			others = append(others, fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, state))
+		}
+	}
+	eps, err := kc.DiscoveryV1().EndpointSlices(framework.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + framework.WebhookName})
+	if err != nil {
+		return false, "", err
+	}
+	current := int64(0)
+	for _, s := range eps.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				p := byIP[a]
+				switch {
+				case p == nil:
+					return false, "ready endpoint " + a + " is no webhook pod", nil
+				case len(p.Spec.Containers) == 0 || !slices.Equal(p.Spec.Containers[0].Args, args):
+					return false, "ready endpoint " + a + " is pod " + p.Name + " of the previous command line", nil
+				}
+				current++
+			}
+		}
+	}
+	reason := fmt.Sprintf("%d of %d ready endpoints run it", current, replicas)
+	if len(others) > 0 {
+		reason += "; pods of another command line, not endpoints: " + strings.Join(others, ", ")
+	}
+	return current == replicas, reason, nil
+}
 
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {

@@ -43,7 +43,7 @@ func (l *Local) setEnforcement(ctx context.Context, mode string) error {
 		flag = "--enforcement=deny"
 	}
 	for _, o := range apply {
-		if err := l.Env.ReplaceSpec(ctx, o); err != nil {
+		if err := l.Env.ReplaceSpec(ctx, o, nil); err != nil {
 			return err
 		}
 	}
