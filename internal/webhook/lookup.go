@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
@@ -83,24 +85,19 @@ const (
 // "dial tcp 10.96.0.1:443: connect: connection refused"); refusing a valid
 // write for that would make the host retry what the webhook can.
 func (l *CachedOwners) liveGet(ctx context.Context, k admit.OwnerKind, key types.NamespacedName) (*unstructured.Unstructured, error) {
-	delay := liveRetryFirst
-	for {
-		u := newOwnerObject(k)
+	var u *unstructured.Unstructured
+	var err error
+	// Until ends when the read gets an answer or the deadline passes; the
+	// caller words the last error (withCtxErr says it timed out).
+	delays := wait.Backoff{Duration: liveRetryFirst, Factor: 2, Cap: liveRetryMax, Steps: math.MaxInt}.DelayFunc()
+	_ = delays.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
+		u = newOwnerObject(k)
 		start := time.Now()
-		err := l.Live.Get(ctx, key, u)
+		err = l.Live.Get(ctx, key, u)
 		l.Metrics.lookup(k.GVK.Kind, "live", lookupResult(err), time.Since(start))
-		if err == nil || !unreachable(err) {
-			return u, err
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-		delay = min(2*delay, liveRetryMax)
-	}
+		return err == nil || !unreachable(err), nil
+	})
+	return u, err
 }
 
 // unreachable tells an API server that could not be reached, or asked to
