@@ -9,6 +9,15 @@ MAKEFLAGS += --warn-undefined-variables --no-builtin-rules
 .SUFFIXES:
 
 GO ?= go
+# One build configuration for every go command make runs, the one the
+# control plane, the kind node image and the webhook image are built with
+# (static, no build paths): a package compiled for the unit tests is then the
+# same build action as the one kube-apiserver or the image needs, and a cold
+# machine compiles it once. hack/tools/modules_test.go keeps the modules on
+# the versions that makes true. Nothing here needs cgo (no -race).
+export CGO_ENABLED := 0
+GOFLAGS ?=
+export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 BIN := $(CURDIR)/bin
 DEV := $(CURDIR)/.dev
 # Control-plane binaries built from the Go module proxy by hack/tools.

@@ -1,0 +1,84 @@
+// Package tools_test keeps the project's Go modules on one version of every
+// module they compile in common, so that a cold machine compiles each such
+// package once.
+//
+// Why it matters: make sets CGO_ENABLED=0 and -trimpath for every go command
+// (Makefile), the flags the control plane and the webhook image are built
+// with, so a package compiled for the unit tests is the same build action as
+// the one kube-apiserver, the kind node image's binaries, the webhook image
+// and the chart module need, and the Go build cache serves it once. That
+// holds only while every module resolves the package's module, and every
+// module below it, to the same version: one differing golang.org/x/sys gives
+// every package above it a new action ID, and a cold .ci/run compiles
+// client-go, apiserver and their dependencies again.
+package tools_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// nested names each module that compiles packages beside the root module
+// (directory from the repository root) and the packages it builds.
+var nested = []struct{ dir, pkgs string }{
+	{"hack/tools/kubernetes", "tool"}, // the control plane and the node image's binaries
+	{"hack/chart", "./..."},           // the Helm chart (make test-chart, make release)
+	{"e2e/ciliumproof", "./..."},      // the Cilium property test (make test-cilium)
+}
+
+func TestNestedModulesCompileTheRootsVersions(t *testing.T) {
+	root := moduleVersions(t, "../..", "./...")
+	for _, m := range nested {
+		t.Run(m.dir, func(t *testing.T) {
+			other := moduleVersions(t, filepath.Join("../..", m.dir), m.pkgs)
+			var diffs []string
+			for path, v := range other {
+				if rv, ok := root[path]; ok && rv != v {
+					diffs = append(diffs, fmt.Sprintf("%s %s (the root module: %s)", path, v, rv))
+				}
+			}
+			sort.Strings(diffs)
+			if len(diffs) > 0 {
+				t.Errorf("%s compiles %d modules at another version than the root module does, so a cold build "+
+					"compiles every package above them twice:\n  %s\nalign them: go get <module>@<higher version> "+
+					"in the module that has the lower one (GOWORK=off), then go mod tidy",
+					m.dir, len(diffs), strings.Join(diffs, "\n  "))
+			}
+		})
+	}
+}
+
+// moduleVersions lists the module of every package that pkgs (and their
+// tests) import, as go list resolves it in the module at dir: path to
+// version (a replaced module's replacement version; a directory replacement,
+// such as the root module in a nested one, has none). The main module and the
+// standard library have none.
+func moduleVersions(t *testing.T, dir, pkgs string) map[string]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-test", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}", pkgs)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list -deps %s in %s: %v\n%s", pkgs, dir, err, stderr)
+	}
+	versions := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if path, v, ok := strings.Cut(line, " "); ok && v != "" {
+			versions[path] = v
+		}
+	}
+	if len(versions) == 0 {
+		t.Fatalf("go list -deps %s in %s named no module", pkgs, dir)
+	}
+	return versions
+}
