@@ -327,9 +327,9 @@ func TestNamespaceDeletedThroughTheAPIServerStartupWindow(t *testing.T) {
 	if env.APIServerProcess == nil {
 		t.Skipf("the %s provider gives the suite no handle on kube-apiserver (Env.APIServerProcess is nil): start-up window case not run", env.Provider)
 	}
-	// Up to 12 restarts of about 20 s each, then up to 3 minutes for the
+	// Up to 20 restarts of about 20 s each, then up to 3 minutes for the
 	// namespace: more than testContext's 3 minutes.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	t.Cleanup(cancel)
 	// The window is open while an operator's policy write in a fenced
 	// namespace is refused as a configuration error of the egress policy
@@ -370,9 +370,12 @@ func TestNamespaceDeletedThroughTheAPIServerStartupWindow(t *testing.T) {
 		hostErr, deleteErr error
 	}
 
-	// It showed at 6 of 15 restarts here (six runs of the case, probing
-	// from before each restart): 12 miss it about once in 400 runs.
-	const attempts = 12
+	// How often a restart shows it, measured here: at 6 of 15 restarts in
+	// six runs of the case (2026-12-01, local control plane); later runs
+	// showed it at the 1st, the 1st, the 3rd (kind) and once only at the
+	// 10th restart (2026-12-02). At one restart in three, 20 miss it about
+	// once in 3,000 runs; each restart that misses costs 10-20 s.
+	const attempts = 20
 	// One namespace for every attempt: it is deleted only in the window,
 	// so no deletion runs on across a restart.
 	doomed := fencedNamespaceWithObjects(t)
@@ -444,5 +447,5 @@ func TestNamespaceDeletedThroughTheAPIServerStartupWindow(t *testing.T) {
 			return
 		}
 	}
-	t.Fatalf("the start-up window did not show in %d API server restarts, so this run proved nothing about it; run again (it showed at 6 of 15 restarts here)", attempts)
+	t.Fatalf("the start-up window did not show in %d API server restarts, so this run proved nothing about it; run again (it showed at about one restart in three here)", attempts)
 }

@@ -26,7 +26,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -323,24 +322,16 @@ func TestInClusterWebhookRunsOnTwoNodesBehindItsService(t *testing.T) {
 		podIPs[p.Status.PodIP] = p.Name
 		nodes[p.Spec.NodeName] = true
 	}
-	slices, err := env.Admin.Kube.DiscoveryV1().EndpointSlices(webhookNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + framework.WebhookName})
+	eps, err := framework.ReadyWebhookEndpoints(ctx, env.Admin.Kube)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := 0
-	for _, s := range slices.Items {
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready == nil || !*e.Conditions.Ready {
-				continue
-			}
-			for _, a := range e.Addresses {
-				if podIPs[a] == "" {
-					t.Errorf("ready endpoint %s is not the address of a webhook pod (%v)", a, podIPs)
-				}
-				ready++
-			}
+	for _, e := range eps {
+		if podIPs[e.Address] == "" {
+			t.Errorf("ready endpoint %s is not the address of a webhook pod (%v)", e.Address, podIPs)
 		}
 	}
+	ready := len(eps)
 	d := webhookDeployment(t)
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		t.Fatalf("the shipped Deployment runs %v replicas; losing one must not stop admissions, so it needs at least 2", d.Spec.Replicas)
@@ -800,15 +791,13 @@ func TestLosingAWorkerKeepsRefusingAndAdmitting(t *testing.T) {
 	// marks the node unreachable and its pods not ready: then every fenced
 	// write is answered by the other replica again.
 	if err := framework.Eventually(ctx, 3*time.Minute, 250*time.Millisecond, "the lost replica's endpoint removed", func(ctx context.Context) (bool, string, error) {
-		slices, err := env.Admin.Kube.DiscoveryV1().EndpointSlices(webhookNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + framework.WebhookName})
+		eps, err := framework.ReadyWebhookEndpoints(ctx, env.Admin.Kube)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		for _, s := range slices.Items {
-			for _, e := range s.Endpoints {
-				if e.NodeName != nil && *e.NodeName == node && e.Conditions.Ready != nil && *e.Conditions.Ready {
-					return false, "still a ready endpoint on " + node, nil
-				}
+		for _, e := range eps {
+			if e.Node == node {
+				return false, "still a ready endpoint on " + node, nil
 			}
 		}
 		return true, "", nil

@@ -8,8 +8,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // WaitWebhookRolledOut waits until the webhook Deployment has every replica
@@ -113,4 +115,36 @@ func containerState(s corev1.ContainerState) string {
 		return fmt.Sprintf("terminated %s exit %d %s", s.Terminated.Reason, s.Terminated.ExitCode, s.Terminated.Message)
 	}
 	return "unknown"
+}
+
+// WebhookEndpoint is one ready address of the webhook Service: somewhere the
+// API server's admission calls can go.
+type WebhookEndpoint struct {
+	Address string
+	Node    string // empty when the EndpointSlice does not say
+}
+
+// ReadyWebhookEndpoints lists the ready endpoints of the webhook Service,
+// read from its EndpointSlices (what kube-proxy routes the Service to).
+func ReadyWebhookEndpoints(ctx context.Context, kc kubernetes.Interface) ([]WebhookEndpoint, error) {
+	list, err := kc.DiscoveryV1().EndpointSlices(WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + WebhookName})
+	if err != nil {
+		return nil, fmt.Errorf("list the EndpointSlices of Service %s/%s: %w", WebhookNamespace, WebhookName, err)
+	}
+	var ready []WebhookEndpoint
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || !*e.Conditions.Ready {
+				continue
+			}
+			node := ""
+			if e.NodeName != nil {
+				node = *e.NodeName
+			}
+			for _, a := range e.Addresses {
+				ready = append(ready, WebhookEndpoint{Address: a, Node: node})
+			}
+		}
+	}
+	return ready, nil
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
@@ -119,27 +118,20 @@ func (k *Kind) endpointsRun(ctx context.Context, args []string, replicas int64) 
 			others = append(others, fmt.Sprintf("%s on %s (%s)", p.Name, p.Spec.NodeName, state))
 		}
 	}
-	eps, err := kc.DiscoveryV1().EndpointSlices(framework.WebhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + framework.WebhookName})
+	eps, err := framework.ReadyWebhookEndpoints(ctx, kc)
 	if err != nil {
 		return false, "", err
 	}
 	current := int64(0)
-	for _, s := range eps.Items {
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready == nil || !*e.Conditions.Ready {
-				continue
-			}
-			for _, a := range e.Addresses {
-				p := byIP[a]
-				switch {
-				case p == nil:
-					return false, "ready endpoint " + a + " is no webhook pod", nil
-				case len(p.Spec.Containers) == 0 || !slices.Equal(p.Spec.Containers[0].Args, args):
-					return false, "ready endpoint " + a + " is pod " + p.Name + " of the previous command line", nil
-				}
-				current++
-			}
+	for _, e := range eps {
+		p := byIP[e.Address]
+		switch {
+		case p == nil:
+			return false, "ready endpoint " + e.Address + " is no webhook pod", nil
+		case len(p.Spec.Containers) == 0 || !slices.Equal(p.Spec.Containers[0].Args, args):
+			return false, "ready endpoint " + e.Address + " is pod " + p.Name + " of the previous command line", nil
 		}
+		current++
 	}
 	reason := fmt.Sprintf("%d of %d ready endpoints run it", current, replicas)
 	if len(others) > 0 {
