@@ -121,8 +121,16 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	cd e2e/ciliumproof && $(GO) vet ./...
 	cd hack/chart && $(GO) vet ./...
 
+# The modules make test builds (the peers' modules, hack/peers, only make
+# peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
+TIDY_MODULES := . e2e/ciliumproof hack/chart hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
+
 .PHONY: verify
-verify: lint ## Lint, then check that generated and rendered things are current.
+verify: lint tools ## Lint, then fail on anything generated or rendered that is not current: go.mod/go.sum tidy, the chart, the kustomizations.
+	@for m in $(TIDY_MODULES); do \
+	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "make verify: $$m: go.mod or go.sum is not tidy (go mod tidy -diff above; run go mod tidy in $$m)" >&2; exit 1; }; done
+	cd hack/chart && $(GO) run . -root ../..
+	@git diff --exit-code -- charts/ || { echo "make verify: charts/ is not what hack/chart renders from config/ (make chart, then commit)" >&2; exit 1; }
 	$(KUBECTL) kustomize config/vap >/dev/null
 	$(KUBECTL) kustomize config/default >/dev/null
 
