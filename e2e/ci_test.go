@@ -99,10 +99,10 @@ func TestWorkflowRunsTheDocumentedTargets(t *testing.T) {
 	}
 }
 
-// CI here runs the README's test command, the suite on the oldest supported
-// release, then the in-cluster suite on kind,
-// in that order (.ci/run); a dropped or reordered step must fail here.
-func TestCIRunsTestThenOldestThenKind(t *testing.T) {
+// CI here runs lint and verify, the README's test command, the suite on the
+// oldest supported release, then the in-cluster suite on kind, in that order
+// (.ci/run); a dropped or reordered step must fail here.
+func TestCIRunsLintVerifyTestOldestThenKind(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", ".ci", "run"))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestCIRunsTestThenOldestThenKind(t *testing.T) {
 			makes = append(makes, line)
 		}
 	}
-	if d := cmp.Diff([]string{"make test", "make e2e-oldest", "make e2e-kind"}, makes); d != "" {
+	if d := cmp.Diff([]string{"make lint verify", "make test", "make e2e-oldest", "make e2e-kind"}, makes); d != "" {
 		t.Errorf(".ci/run make steps (-want +got):\n%s", d)
 	}
 }
