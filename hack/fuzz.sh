@@ -51,12 +51,12 @@ status=0 n=0 retried=0
 start=$(date +%s)
 for dir in "${dirs[@]}"; do
   mod=$(module_root "$dir")
-  rel=./${dir#"$mod"}
-  rel=${rel#./}
-  pkg=$(cd "$mod" && go list "./$rel")
+  rel=${dir#"$mod"}
+  rel=./${rel#/} # the package's directory from its module's root
+  pkg=$(cd "$mod" && go list "$rel")
   bin=$work/$(basename "$dir").test
   t0=$(date +%s)
-  (cd "$mod" && go test -c -gcflags="$module/...=-d=libfuzzer" -o "$bin" "./$rel")
+  (cd "$mod" && go test -c -gcflags="$module/...=-d=libfuzzer" -o "$bin" "$rel")
   mapfile -t targets < <("$bin" -test.list '^Fuzz')
   echo "fuzz: built $pkg (${#targets[@]} targets) in $(($(date +%s) - t0))s"
   for target in "${targets[@]}"; do

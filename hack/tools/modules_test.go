@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -81,4 +82,29 @@ func moduleVersions(t *testing.T, dir, pkgs string) map[string]string {
 		t.Fatalf("go list -deps %s in %s named no module", pkgs, dir)
 	}
 	return versions
+}
+
+// TestMakeBuildsEverythingInTheImagesConfiguration keeps the other half of
+// the sharing: make exports the flags the webhook image (hack/image) and the
+// control plane (build.sh) are built with, so go test compiles the same
+// build actions they need.
+func TestMakeBuildsEverythingInTheImagesConfiguration(t *testing.T) {
+	// What a recipe's go command sees: a target defined on the command
+	// line prints the environment make gives it.
+	cmd := exec.Command("make", "-C", "../..", "-s", "--no-print-directory",
+		"--eval", `sandbox-fence-goenv: ; @echo "$$CGO_ENABLED|$$GOFLAGS"`, "sandbox-fence-goenv")
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "CGO_ENABLED=") || strings.HasPrefix(kv, "GOFLAGS=")
+	})
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make: %v", err)
+	}
+	cgo, goflags, _ := strings.Cut(strings.TrimSpace(string(out)), "|")
+	if cgo != "0" {
+		t.Errorf("make's go commands run with CGO_ENABLED=%q, want 0 (the image's and the control plane's setting)", cgo)
+	}
+	if !slices.Contains(strings.Fields(goflags), "-trimpath") {
+		t.Errorf("make's go commands run with GOFLAGS=%q, want it to hold -trimpath (the image's and the control plane's flag)", goflags)
+	}
 }
