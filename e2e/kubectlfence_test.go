@@ -5,8 +5,15 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -414,6 +421,21 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 			want   []string
 			remove func() (restore func() error, err error)
 		}{
+			name: "the webhook's CA bundle",
+			// A URL webhook is dialled with the bundle, so without a usable
+			// one its endpoint fails too.
+			want: []string{
+				"Webhook cilium-egress.fence.sandbox.namzu.ai CA bundle", "Webhook cilium-egress.fence.sandbox.namzu.ai endpoints",
+				"Webhook cilium-egress-delete.fence.sandbox.namzu.ai CA bundle", "Webhook cilium-egress-delete.fence.sandbox.namzu.ai endpoints",
+			},
+			remove: func() (func() error, error) {
+				return replaceCABundles(ctx, framework.WebhookConfigName, expiredCertPEM(t))
+			},
+		}, struct {
+			name   string
+			want   []string
+			remove func() (restore func() error, err error)
+		}{
 			name: "the webhook's endpoint",
 			// Both entries of the configuration call the one process.
 			want: []string{"Webhook cilium-egress.fence.sandbox.namzu.ai endpoints", "Webhook cilium-egress-delete.fence.sandbox.namzu.ai endpoints"},
@@ -422,7 +444,7 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 			},
 		})
 	} else {
-		t.Logf("the webhook runs as a Deployment here: its endpoint is not taken away (the local provider does)")
+		t.Logf("the webhook runs as a Deployment here: its endpoint and CA bundle are not taken away (the local provider does; here cert-controller would inject the bundle again while check runs)")
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -449,6 +471,50 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 	if code, r := checkReport(t); code != 0 {
 		t.Errorf("check fails after every piece was restored: %v", failedChecks(r))
 	}
+}
+
+// replaceCABundles sets every webhook's caBundle in the configuration to
+// bundle with one JSON Patch (its test ops keep a concurrent change from
+// being overwritten) and returns what puts the old bundles back.
+func replaceCABundles(ctx context.Context, name string, bundle []byte) (func() error, error) {
+	vwcs := env.Admin.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	saved, err := vwcs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	set := func(from, to func(i int) []byte) error {
+		var ops []map[string]any
+		for i := range saved.Webhooks {
+			path := fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i)
+			ops = append(ops, map[string]any{"op": "test", "path": path, "value": from(i)}, map[string]any{"op": "replace", "path": path, "value": to(i)})
+		}
+		b, err := json.Marshal(ops)
+		if err != nil {
+			return err
+		}
+		_, err = vwcs.Patch(ctx, name, types.JSONPatchType, b, metav1.PatchOptions{})
+		return err
+	}
+	old := func(i int) []byte { return saved.Webhooks[i].ClientConfig.CABundle }
+	replacement := func(int) []byte { return bundle }
+	return func() error { return set(replacement, old) }, set(old, replacement)
+}
+
+// expiredCertPEM is a self-signed certificate that expired an hour ago: a
+// well-formed bundle the API server cannot verify anything with.
+func expiredCertPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "expired"},
+		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // removeCRD deletes a CRD (and so every object of it) and returns what

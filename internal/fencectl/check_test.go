@@ -2,8 +2,16 @@ package fencectl
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -11,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -134,4 +144,113 @@ func TestCheckStrictDelete(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The policies use CEL and VAP fields of Kubernetes 1.33 (MinKubernetes): an
+// older API server must fail the check by name. A real cluster of each
+// version is not at hand, so the server version is faked.
+func TestCheckNamesAClusterOlderThanThePoliciesSupport(t *testing.T) {
+	cases := []struct {
+		name, gitVersion string
+		want             CheckResult
+	}{{
+		name: "one minor below the oldest supported fails", gitVersion: "v1.32.9",
+		want: CheckResult{Name: "Kubernetes version", Detail: "v1.32.9 (the policies need 1.33.0 or later)"},
+	}, {
+		name: "the oldest supported passes", gitVersion: "v1.33.0",
+		want: CheckResult{Name: "Kubernetes version", OK: true, Detail: "v1.33.0 (the policies need 1.33.0 or later)"},
+	}, {
+		name: "a vendor build of a newer release passes", gitVersion: "v1.37.2-eks-4f1a2b",
+		want: CheckResult{Name: "Kubernetes version", OK: true, Detail: "v1.37.2-eks-4f1a2b (the policies need 1.33.0 or later)"},
+	}, {
+		name: "a version that does not parse fails", gitVersion: "latest",
+		want: CheckResult{Name: "Kubernetes version", Detail: `cannot parse "latest": could not parse "latest" as version`},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := fake.NewClientset()
+			kc.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: tc.gitVersion}
+			if d := cmp.Diff(tc.want, checkNamed(t, kc, "Kubernetes version")); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// A caBundle the API server cannot verify the webhook with refuses every
+// write the webhook is called for (failurePolicy Fail): check must name it.
+func TestCheckNamesAnUnusableCABundle(t *testing.T) {
+	valid, expired := selfSigned(t, time.Now().Add(time.Hour)), selfSigned(t, time.Now().Add(-time.Hour))
+	name := "Webhook cilium-egress.fence.sandbox.namzu.ai CA bundle"
+	cases := []struct {
+		name   string
+		bundle []byte
+		want   CheckResult
+	}{{
+		name: "an empty bundle fails", bundle: nil,
+		want: CheckResult{Name: name, Detail: "empty: the API server cannot verify the webhook (is the certificate rotation or cert-manager's cainjector running?)"},
+	}, {
+		name: "a bundle without a PEM certificate fails", bundle: []byte("not a certificate"),
+		want: CheckResult{Name: name, Detail: "holds no PEM certificate"},
+	}, {
+		name: "a bundle of expired certificates fails", bundle: expired.pem,
+		want: CheckResult{Name: name, Detail: "every certificate in it has expired (1)"},
+	}, {
+		name: "an expired certificate beside a valid one passes", bundle: append(append([]byte{}, expired.pem...), valid.pem...),
+		want: CheckResult{Name: name, OK: true, Detail: "1 certificate(s), valid until " + valid.notAfter.UTC().Format(time.RFC3339)},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := fake.NewClientset(&admissionregistrationv1.ValidatingWebhookConfiguration{
+				ObjectMeta: metav1.ObjectMeta{Name: DefaultWebhookConfig},
+				Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "cilium-egress.fence.sandbox.namzu.ai",
+					ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: tc.bundle,
+						Service: &admissionregistrationv1.ServiceReference{Namespace: DefaultWebhookNamespace, Name: DefaultWebhookConfig}}}},
+			})
+			if d := cmp.Diff(tc.want, checkNamed(t, kc, name)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// checkNamed runs Check against kc (and an empty dynamic client) and returns
+// the result called name; it fails the test when there is none.
+func checkNamed(t *testing.T, kc *fake.Clientset, name string) CheckResult {
+	t.Helper()
+	r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}, CheckOptions{
+		Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check named %q in %+v", name, r.Checks)
+	return CheckResult{}
+}
+
+type testCert struct {
+	pem      []byte
+	notAfter time.Time
+}
+
+// selfSigned is a CA certificate valid until notAfter (truncated to the
+// second, as X.509 stores it).
+func selfSigned(t *testing.T, notAfter time.Time) testCert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter = notAfter.Truncate(time.Second)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"},
+		NotBefore: notAfter.Add(-2 * time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testCert{pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), notAfter: notAfter}
 }
