@@ -19,7 +19,7 @@ import (
 )
 
 // policyDirs are the directories under policies/ that hold a policy.yaml.
-func policyDirs(t *testing.T) []string {
+func policyDirs(t testing.TB) []string {
 	t.Helper()
 	matches, err := filepath.Glob("*/policy.yaml")
 	if err != nil {
@@ -36,7 +36,7 @@ func policyDirs(t *testing.T) []string {
 	return dirs
 }
 
-func loadBundle(t *testing.T) []*vapeval.PolicyDir {
+func loadBundle(t testing.TB) []*vapeval.PolicyDir {
 	t.Helper()
 	var out []*vapeval.PolicyDir
 	for _, d := range policyDirs(t) {
@@ -49,7 +49,7 @@ func loadBundle(t *testing.T) []*vapeval.PolicyDir {
 	return out
 }
 
-func defaultParams(t *testing.T) *unstructured.Unstructured {
+func defaultParams(t testing.TB) *unstructured.Unstructured {
 	t.Helper()
 	objs, err := vapeval.LoadObjects("testdata/fenceconfig.yaml")
 	if err != nil || len(objs) != 1 {
@@ -58,7 +58,7 @@ func defaultParams(t *testing.T) *unstructured.Unstructured {
 	return objs[0]
 }
 
-func namespaces(t *testing.T) []*corev1.Namespace {
+func namespaces(t testing.TB) []*corev1.Namespace {
 	t.Helper()
 	objs, err := vapeval.LoadObjects("testdata/namespaces.yaml")
 	if err != nil {
@@ -78,7 +78,7 @@ func namespaces(t *testing.T) []*corev1.Namespace {
 // harnesses starts one plugin per distinct FenceConfig the cases ask for,
 // with the whole shipped bundle loaded, as on a cluster.
 type harnesses struct {
-	t       *testing.T
+	t       testing.TB
 	bundle  []*vapeval.PolicyDir
 	params  *unstructured.Unstructured
 	nss     []*corev1.Namespace
@@ -86,7 +86,7 @@ type harnesses struct {
 	started map[string]*vapeval.Harness
 }
 
-func newHarnesses(t *testing.T) *harnesses {
+func newHarnesses(t testing.TB) *harnesses {
 	h := &harnesses{t: t, bundle: loadBundle(t), params: defaultParams(t), nss: namespaces(t), started: map[string]*vapeval.Harness{}}
 	t.Cleanup(func() {
 		for _, s := range h.started {

@@ -5,27 +5,40 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/testing/epochs"
 )
 
+// TestParseEpoch reads the committed corpus (pkg/fence/testdata/epochs.jsonl),
+// the same lines the holder-epoch policy's generated cases and the
+// differential fuzz target in policies/ use.
 func TestParseEpoch(t *testing.T) {
-	valid := map[string]uint64{"0": 0, "1": 1, "10": 10, "9007199254740991": MaxEpoch, "9007199254740990": MaxEpoch - 1}
-	for s, want := range valid {
-		got, err := ParseEpoch(s)
-		if err != nil || got != want {
-			t.Errorf("ParseEpoch(%q) = %d, %v; want %d, nil", s, got, err, want)
+	corpus, err := epochs.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wellFormed, malformed int
+	for _, e := range corpus {
+		got, err := ParseEpoch(e.Raw)
+		switch {
+		case e.Malformed && err == nil:
+			t.Errorf("ParseEpoch(%q) (%s) = %d, nil; want an error", e.Raw, e.Why, got)
+		case e.Malformed && !errors.Is(err, errEpochSyntax):
+			t.Errorf("ParseEpoch(%q) (%s) error %v does not state the grammar", e.Raw, e.Why, err)
+		case !e.Malformed && (err != nil || got != e.Epoch):
+			t.Errorf("ParseEpoch(%q) (%s) = %d, %v; want %d, nil", e.Raw, e.Why, got, err, e.Epoch)
+		}
+		if e.Malformed {
+			malformed++
+		} else {
+			wellFormed++
 		}
 	}
-	malformed := []string{
-		"", "-1", "+1", "01", "00", " 1", "1 ", "1\n", "1e3", "1.0", "0x10", "1_000",
-		"9007199254740992", "9007199254740993", "18446744073709551615", "18446744073709551616",
-		"99999999999999999999999", "١", "１", "∞", "NaN", "1\x00",
+	if wellFormed == 0 || malformed == 0 {
+		t.Errorf("the corpus holds %d well-formed and %d malformed epochs; it needs both", wellFormed, malformed)
 	}
-	for _, s := range malformed {
-		if got, err := ParseEpoch(s); err == nil {
-			t.Errorf("ParseEpoch(%q) = %d, nil; want an error", s, got)
-		} else if !errors.Is(err, errEpochSyntax) {
-			t.Errorf("ParseEpoch(%q) error %v does not state the grammar", s, err)
-		}
+	if got, err := ParseEpoch(FormatEpoch(MaxEpoch)); err != nil || got != MaxEpoch {
+		t.Errorf("MaxEpoch does not round-trip: %d, %v", got, err)
 	}
 }
 
