@@ -2,8 +2,8 @@ package policies_test
 
 import (
 	"context"
+	"strings"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/testing/epochs"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
@@ -70,8 +70,9 @@ func TestHolderEpochGrammarCorpus(t *testing.T) {
 // FuzzHolderEpochGrammar is the differential check of the two grammars:
 // the holder-epoch policy's CEL (through the API server's own plugin) must
 // admit exactly the strings fence.ParseEpoch accepts. Seeded with the
-// corpus; invalid UTF-8 is skipped, since an annotation value arrives as
-// JSON text and the API server never sees it.
+// corpus. An annotation value reaches the API server as JSON text, whose
+// decoder replaces each invalid UTF-8 byte sequence with U+FFFD, so an
+// invalid input is checked as the string the server would hold.
 func FuzzHolderEpochGrammar(f *testing.F) {
 	corpus, err := epochs.Load()
 	if err != nil {
@@ -82,9 +83,7 @@ func FuzzHolderEpochGrammar(f *testing.F) {
 	}
 	h := newHarnesses(f).forParams(vapeval.CaseParams{})
 	f.Fuzz(func(t *testing.T, raw string) {
-		if !utf8.ValidString(raw) {
-			t.Skip("not UTF-8: cannot be an annotation value")
-		}
+		raw = strings.ToValidUTF8(raw, "\uFFFD")
 		v, err := h.Run(context.Background(), createWithEpoch(raw))
 		if err != nil {
 			t.Fatal(err)
