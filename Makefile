@@ -46,13 +46,29 @@ E2E_PROVIDER ?= local
 export E2E_PROVIDER
 E2E_RUN = $(if $(filter local,$(E2E_PROVIDER)),e2e,e2e-$(E2E_PROVIDER))
 
+# The repository's modules (docs/modules.md): the product (the root: api/,
+# pkg/, internal/, cmd/, policies/, config/) and the harness, e2e/ and hack/,
+# each a module of its own so that a host importing pkg/fence takes none of
+# the harness's dependencies (hack/consumer checks it). A go command for a
+# harness package runs in its module's directory (go -C).
+HARNESS := e2e hack
+
 # go test -json through hack/testreport: prints what go test prints, lists
 # every skipped test, and fails on a skip that hack/testreport/allowed-skips.yaml
 # does not list for the run, or on a listed one that no longer skips.
-# $(1): the run's name in that file; $(2): go test's arguments. The raw
-# events stay in bin/<run>[-<version>].json, the failed tests in .failures.
-gotest = $(GO) test -json $(2) 2>&1 | $(BIN)/testreport -run $(1) \
+# $(1): the run's name in that file; $(2): go test's arguments; $(3): the
+# modules' directories to run them in (default: the root). Each module's go
+# test runs even when an earlier one failed, and any failure fails the step.
+# The raw events stay in bin/<run>[-<version>].json, the failed tests in
+# .failures.
+gotest = { s=0; for m in $(or $(3),.); do $(GO) -C $$m test -json $(2) || s=$$?; done; exit $$s; } 2>&1 | \
+  $(BIN)/testreport -run $(1) -allow $(CURDIR)/hack/testreport/allowed-skips.yaml \
   -json $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).json -failures $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).failures
+
+# Runs a harness program from the repository's root, where it expects to
+# run: $(call harness,<module dir>,<package>) <args>. It is built into
+# bin/harness/ first (go build's cache makes that cheap when nothing changed).
+harness = $(GO) -C $(1) build -o $(BIN)/harness/$(notdir $(2)) $(2) && $(BIN)/harness/$(notdir $(2))
 
 ##@ General
 
@@ -79,7 +95,7 @@ test-env: ## Refuse what would make make test check less than everything.
 .PHONY: testreport
 testreport: ## Build hack/testreport, which checks every go test run for skips.
 	@mkdir -p $(BIN)
-	@$(GO) build -o $(BIN)/testreport ./hack/testreport
+	@$(GO) -C hack build -o $(BIN)/testreport ./testreport
 
 .PHONY: upstream-crds
 upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the tests check against (the version pinned in e2e/ciliumproof/go.mod; once, into the Go module cache).
@@ -90,8 +106,10 @@ upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the t
 # chart module while every other package compiles beside it; on this 2-core
 # machine that outlasted go test's default 10 minutes (2026-12-01).
 .PHONY: test-unit
-test-unit: testreport upstream-crds ## Unit and offline policy tests: go test ./... (no cluster needed).
-	$(call gotest,test-unit,-count=1 -timeout 30m ./...)
+# tools: the tests render config/ with bin/kubectl's kustomize
+# (internal/testing.Kustomize).
+test-unit: testreport upstream-crds tools ## Unit and offline policy tests: go test ./... in the product module and the harness's (no cluster needed).
+	$(call gotest,test-unit,-count=1 -timeout 30m ./...,. $(HARNESS))
 
 .PHONY: fuzz
 fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (testdata/fuzz/).
@@ -100,8 +118,7 @@ fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (
 # CILIUMPROOF_BODIES sets the size of the generated run (default 20000).
 .PHONY: test-cilium
 test-cilium: testreport upstream-crds ## What admitted egress policies mean to Cilium itself: the property test of e2e/ciliumproof (its own module).
-	cd e2e/ciliumproof && $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | $(BIN)/testreport -allow ../../hack/testreport/allowed-skips.yaml -run test-cilium \
-	  -json $(BIN)/test-cilium.json -failures $(BIN)/test-cilium.failures
+	$(call gotest,test-cilium,-count=1 -timeout 20m ./...,e2e/ciliumproof)
 
 .PHONY: fuzz-cilium
 fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM_FUZZ_TIME, default 1h).
@@ -111,20 +128,21 @@ fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM
 MUTANTS_FLAGS ?=
 .PHONY: mutants
 mutants: upstream-crds ## Mutation check: remove each shipped rule in turn (policy validations and matchConditions, bindings, webhook conditions and checks) and fail on one no test catches; table in bin/mutants.md.
-	$(GO) run ./hack/mutants -out $(BIN)/mutants.md $(MUTANTS_FLAGS)
+	$(call harness,hack,./mutants) -out $(BIN)/mutants.md $(MUTANTS_FLAGS)
 
 .PHONY: lint
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/...
-	$(GO) vet -tags soak ./e2e/soak/...
-	cd e2e/ciliumproof && $(GO) vet ./...
-	cd hack/chart && $(GO) vet ./...
+	$(GO) -C e2e vet -tags e2e ./...
+	$(GO) -C e2e vet -tags soak ./soak/...
+	$(GO) -C hack vet ./...
+	$(GO) -C e2e/ciliumproof vet ./...
+	$(GO) -C hack/chart vet ./...
 
 # The modules make test builds (the peers' modules, hack/peers, only make
 # peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
-TIDY_MODULES := . e2e/ciliumproof hack/chart hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
+TIDY_MODULES := . $(HARNESS) e2e/ciliumproof hack/chart hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
 
 .PHONY: verify
 # The chart's currency is TestChartIsCurrent's (make test-chart), not
@@ -143,7 +161,7 @@ tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into b
 
 .PHONY: e2e
 e2e: tools testreport upstream-crds ## End-to-end suite on a local control plane (KUBERNETES_VERSION=vX.Y.Z: that release; E2E_PROVIDER=kubeconfig|kind: elsewhere; docs/e2e.md).
-	$(call gotest,$(E2E_RUN),-count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./e2e/...)
+	$(call gotest,$(E2E_RUN),-count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./...,e2e)
 
 .PHONY: e2e-oldest
 e2e-oldest: ## The end-to-end suite on the oldest supported Kubernetes release (internal/kubeversion.OldestTested).
@@ -151,34 +169,34 @@ e2e-oldest: ## The end-to-end suite on the oldest supported Kubernetes release (
 
 .PHONY: dev-up
 dev-up: tools ## Start the local control plane with the bundle installed; writes .dev/kubeconfig.
-	$(GO) run ./e2e/cmd/devcluster up
+	$(call harness,e2e,./cmd/devcluster) up
 
 .PHONY: dev-down
 dev-down: ## Stop the local control plane started by dev-up.
-	$(GO) run ./e2e/cmd/devcluster down
+	$(call harness,e2e,./cmd/devcluster) down
 
 .PHONY: run
 run: tools ## Start everything, print what to try, tear down on Ctrl-C.
-	$(GO) run ./e2e/cmd/devcluster run
+	$(call harness,e2e,./cmd/devcluster) run
 
 .PHONY: demo
 demo: tools ## Scripted walk-through: each step and its verdict; fails on a wrong verdict.
-	$(GO) run ./e2e/cmd/devcluster demo
+	$(call harness,e2e,./cmd/devcluster) demo
 
 ##@ Benchmarks
 
 # Benches write their tables and charts into the ignored bin/bench; PUBLISH=1
 # writes them into docs/bench, which BENCHMARKS.md quotes.
 PUBLISH ?=
-BENCH_OUT := $(if $(filter 1,$(PUBLISH)),docs/bench,$(BIN)/bench)
+BENCH_OUT := $(if $(filter 1,$(PUBLISH)),$(CURDIR)/docs/bench,$(BIN)/bench)
 BENCH_FLAGS ?= -rounds 5 -window 2s
 PEERS_BENCH_FLAGS ?= -rounds 3 -window 1500ms -warmup 300ms -apiserver-profile $(BIN)/bench/profiles
 PEERS_TIMEOUT ?= 15m
 
 .PHONY: bench
 bench: tools ## What the fence costs a cluster: interleaved configurations on a local control plane, then the webhook server alone (BENCHMARKS.md; PUBLISH=1 writes docs/bench).
-	$(GO) run ./e2e/bench $(BENCH_FLAGS) -out $(BENCH_OUT)
-	$(GO) run ./hack/loadgen -out $(BENCH_OUT)
+	$(call harness,e2e,./bench) $(BENCH_FLAGS) -out $(BENCH_OUT)
+	$(call harness,hack,./loadgen) -out $(BENCH_OUT)
 
 .PHONY: peers
 peers: ## Build Kyverno and Gatekeeper from the Go module proxy into bin/peers (cached; slow when cold, never part of make test).
@@ -187,7 +205,8 @@ peers: ## Build Kyverno and Gatekeeper from the Go module proxy into bin/peers (
 .PHONY: bench-peers
 bench-peers: tools peers ## Sandbox-fence against Kyverno and Gatekeeper: the e2e cases per enforcer, then the interleaved bench with both (bounded by PEERS_TIMEOUT; PUBLISH=1 writes docs/bench).
 	@echo "load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
-	timeout --foreground $(PEERS_TIMEOUT) bash -c '$(GO) run ./e2e/bench/cases -out $(BENCH_OUT)/peers && $(GO) run ./e2e/bench -peers $(PEERS_BENCH_FLAGS) -out $(BENCH_OUT)/peers'
+	$(GO) -C e2e build -o $(BIN)/harness/ ./bench ./bench/cases
+	timeout --foreground $(PEERS_TIMEOUT) bash -c '$(BIN)/harness/cases -out $(BENCH_OUT)/peers && $(BIN)/harness/bench -peers $(PEERS_BENCH_FLAGS) -out $(BENCH_OUT)/peers'
 	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 .PHONY: bench-micro
@@ -200,7 +219,7 @@ bench-micro: ## Hot-path micro benchmarks: handler, validators, patch builder, h
 
 .PHONY: soak
 soak: tools ## Reliability run on a local control plane (about 7 min, bounded by 15): load, faults, hostile input; prints the figure table.
-	status=0; SOAK_FIGURES=$(BIN)/soak-figures.md $(GO) test -count=1 -v -tags soak -timeout $(SOAK_TIMEOUT) ./e2e/soak/ || status=$$?; \
+	status=0; SOAK_FIGURES=$(BIN)/soak-figures.md $(GO) -C e2e test -count=1 -v -tags soak -timeout $(SOAK_TIMEOUT) ./soak/ || status=$$?; \
 	  echo; cat $(BIN)/soak-figures.md 2>/dev/null || true; exit $$status
 
 ##@ Build
@@ -211,7 +230,7 @@ build: ## Build the webhook binary into bin/.
 
 .PHONY: image
 image: ## Build the webhook OCI image tarball (no Docker daemon needed) into bin/.
-	$(GO) run ./hack/image -tag $(IMG) -out $(IMAGE_TAR)
+	$(call harness,hack,./image) -tag $(IMG) -out $(IMAGE_TAR)
 
 # make release VERSION=vX.Y.Z: dist/ (docs/install.md, "Install from a release").
 VERSION ?=
@@ -221,16 +240,15 @@ RELEASE_IMAGE ?= ghcr.io/sandbox-fence/sandbox-fence-webhook
 .PHONY: release
 release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, SHA256SUMS (VERSION=vX.Y.Z, RELEASE_IMAGE).
 	@if [ -z "$(VERSION)" ]; then echo "make release: set VERSION=vX.Y.Z (the tag being released)" >&2; exit 2; fi
-	$(GO) run ./hack/release -version $(VERSION) -image $(RELEASE_IMAGE) -out dist
+	$(call harness,hack,./release) -version $(VERSION) -image $(RELEASE_IMAGE) -out dist
 
 .PHONY: chart
 chart: ## Regenerate charts/sandbox-fence from config/ (hack/chart; TestChartIsCurrent fails on a stale chart).
 	cd hack/chart && $(GO) run . -root ../..
 
 .PHONY: test-chart
-test-chart: testreport ## The Helm chart against config/: generated, same objects as kustomize, lint clean (hack/chart, its own module).
-	cd hack/chart && $(GO) test -json -count=1 ./... 2>&1 | $(BIN)/testreport -allow ../../hack/testreport/allowed-skips.yaml -run test-chart \
-	  -json $(BIN)/test-chart.json -failures $(BIN)/test-chart.failures
+test-chart: testreport tools ## The Helm chart against config/: generated, same objects as kustomize, lint clean (hack/chart, its own module).
+	$(call gotest,test-chart,-count=1 ./...,hack/chart)
 
 .PHONY: kind-load
 kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER).

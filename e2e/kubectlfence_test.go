@@ -5,15 +5,8 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -29,13 +22,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/internal/fencectl"
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
@@ -50,7 +43,7 @@ func fenceCtl(t *testing.T, args ...string) (int, string) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	cmd := fencectl.NewCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd := fencectl.NewCommand(fencectl.Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	cmd.SetArgs(append([]string{"--kubeconfig", kc, "--context", framework.ContextAdmin}, args...))
 	cmd.SetContext(testContext(t))
 	code := fencectl.ExitCode(cmd.Execute(), &errOut)
@@ -429,7 +422,7 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 				"Webhook cilium-egress-delete.fence.sandbox.namzu.ai CA bundle", "Webhook cilium-egress-delete.fence.sandbox.namzu.ai endpoints",
 			},
 			remove: func() (func() error, error) {
-				return replaceCABundles(ctx, framework.WebhookConfigName, expiredCertPEM(t))
+				return replaceCABundles(ctx, framework.WebhookConfigName, tst.SelfSignedCAPEM(t, "expired", time.Now().Add(-time.Hour)))
 			},
 		})
 	} else {
@@ -503,23 +496,6 @@ func replaceCABundles(ctx context.Context, name string, bundle []byte) (func() e
 	old := func(i int) []byte { return saved.Webhooks[i].ClientConfig.CABundle }
 	replacement := func(int) []byte { return bundle }
 	return func() error { return set(replacement, old) }, set(old, replacement)
-}
-
-// expiredCertPEM is a self-signed certificate that expired an hour ago: a
-// well-formed bundle the API server cannot verify anything with.
-func expiredCertPEM(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "expired"},
-		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // removeCRD deletes a CRD (and so every object of it) and returns what

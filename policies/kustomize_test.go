@@ -7,19 +7,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/api/resmap"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
-// render builds a kustomization directory the way kubectl kustomize does.
-func render(t *testing.T, dir string) resmap.ResMap {
+// render builds a kustomization directory with kubectl kustomize.
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
-	}
-	return m
+	return tst.Kustomize(t, dir)
 }
 
 // installed summarises what a rendering installs: kind/name of every object,
@@ -29,19 +25,19 @@ type installed struct {
 	Bindings map[string][2]string
 }
 
-func summarise(t *testing.T, m resmap.ResMap) installed {
+func summarise(t *testing.T, objs []*unstructured.Unstructured) installed {
 	t.Helper()
 	out := installed{Bindings: map[string][2]string{}}
-	for _, r := range m.Resources() {
+	for _, r := range objs {
 		out.Objects = append(out.Objects, r.GetKind()+"/"+r.GetName())
 		if r.GetKind() != "ValidatingAdmissionPolicyBinding" {
 			continue
 		}
-		policy, err := r.GetString("spec.policyName")
-		if err != nil {
-			t.Fatal(err)
+		policy, ok, err := unstructured.NestedString(r.Object, "spec", "policyName")
+		if err != nil || !ok {
+			t.Fatalf("binding %s: spec.policyName: %v", r.GetName(), err)
 		}
-		param, _ := r.GetString("spec.paramRef.name")
+		param, _, _ := unstructured.NestedString(r.Object, "spec", "paramRef", "name")
 		out.Bindings[r.GetName()] = [2]string{policy, param}
 	}
 	sort.Strings(out.Objects)

@@ -14,13 +14,11 @@ package main
 import (
 	"os"
 
-	"k8s.io/cli-runtime/pkg/genericiooptions"
-
 	"github.com/sandbox-fence/sandbox-fence/internal/fencectl"
 )
 
 func main() {
 	fencectl.QuietKlog()
-	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	streams := fencectl.Streams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	os.Exit(fencectl.ExitCode(fencectl.NewCommand(streams).Execute(), os.Stderr))
 }

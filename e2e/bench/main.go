@@ -8,7 +8,7 @@
 // the baseline cell of the same run, and the apiserver's own admission
 // histograms for our policies and webhook are quoted from the same run.
 //
-//	go run ./e2e/bench [-rounds 4] [-window 1500ms] [-peers] [-out bin/bench]
+//	go -C e2e run ./bench [-rounds 4] [-window 1500ms] [-peers] [-out bin/bench]
 //
 // With -peers, Kyverno and Gatekeeper enforcing the same fence
 // (e2e/bench/peers) are two more configurations of the same run, and every

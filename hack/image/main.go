@@ -5,10 +5,14 @@
 // `docker load`). It builds the webhook's image and the Kubernetes images
 // of the offline kind node image (hack/kind/node-image.sh).
 //
-//	go run ./hack/image -tag sandbox-fence/webhook:dev -out bin/webhook-image.tar
-//	go run ./hack/image -pkg ./hack/kind/pause -entrypoint /pause -user 65535:65535 \
-//	    -title pause -version 3.10.2 -tag registry.k8s.io/pause:3.10.2 -out pause.tar
-//	go run ./hack/image -bin bin/kube-proxy -entrypoint /usr/local/bin/kube-proxy -user "" \
+// It builds -pkg in the working directory's module, so it runs from the
+// repository's root for the webhook (make image builds it into bin/harness/
+// and runs it there) and from hack/ for the pause program:
+//
+//	bin/harness/image -tag sandbox-fence/webhook:dev -out bin/webhook-image.tar
+//	(cd hack && ../bin/harness/image -pkg ./kind/pause -entrypoint /pause -user 65535:65535 \
+//	    -title pause -version 3.10.2 -tag registry.k8s.io/pause:3.10.2 -out pause.tar)
+//	bin/harness/image -bin bin/kube-proxy -entrypoint /usr/local/bin/kube-proxy -user "" \
 //	    -tree STAGE -env PATH=/usr/local/bin:/usr/sbin:/usr/bin ... -out kube-proxy.tar
 //
 // With -oci it builds one image per -platforms entry (cross-compiled with
@@ -16,7 +20,7 @@
 // OCI image-layout tarball whose index.json is that index, so its digest is
 // the one `crane push --index` publishes (make release, docs/install.md):
 //
-//	go run ./hack/image -oci dist/webhook-image.oci.tar -platforms linux/amd64,linux/arm64 \
+//	bin/harness/image -oci dist/webhook-image.oci.tar -platforms linux/amd64,linux/arm64 \
 //	    -version v0.1.0 -bin-dir bin/release -digest-file bin/release/digest
 //
 // The webhook's image has no shell, no libc and no /etc/passwd: the process

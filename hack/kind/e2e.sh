@@ -9,7 +9,7 @@
 #               the offline node image (hack/kind/node-image.sh); an engine
 #               that was already there runs kind.yaml's kindest/node
 #   create, load, deploy, suite
-#               go test -tags e2e ./e2e with E2E_PROVIDER=kind
+#               go test -tags e2e in e2e/ (its own module) with E2E_PROVIDER=kind
 #               (e2e/provider/kind.go), which names its phase in any error
 #
 # On failure the engine's log and `kind export logs` go to $E2E_ARTIFACTS
@@ -92,6 +92,6 @@ fi
 phase=cluster
 t=$SECONDS
 E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=${E2E_IMAGE_ARCHIVE:-$root/bin/webhook-image.tar} E2E_ARTIFACTS=$artifacts \
-  go test -json -count=1 -tags e2e -timeout "${E2E_TIMEOUT:-40m}" ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} ./e2e/ 2>&1 |
+  go -C e2e test -json -count=1 -tags e2e -timeout "${E2E_TIMEOUT:-40m}" ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} . 2>&1 |
   bin/testreport -v -run e2e-kind -json bin/e2e-kind.json -failures bin/e2e-kind.failures
 timings+=("cluster and suite $((SECONDS - t))s")

@@ -88,7 +88,7 @@ up() {
   } >"$before"
   before_txt=$(cat "$before")
 
-  (cd "$root" && CGO_ENABLED=0 go build -o "$bin"/runcwrap ./hack/kind/runcwrap)
+  (cd "$root"/hack && CGO_ENABLED=0 go build -o "$bin"/runcwrap ./kind/runcwrap)
 
   say "starting dockerd (state $state)"
   # setsid: the daemon outlives this script; down stops it by its pid file.

@@ -84,12 +84,16 @@ mapfile -t images < <("$bin"/kubeadm config images list --kubernetes-version "$k
 ((${#images[@]})) || fail "kubeadm config images list printed nothing"
 path=PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin
 tar -C "$work" --one-top-level=kube-proxy-tree -xf "$bin"/kind-kube-proxy-tree.tar
-(cd "$root" && go build -o "$work"/image ./hack/image)
-pack() { # pack IMAGE ARGS...: one image tarball into $work/images
+(cd "$root"/hack && go build -o "$work"/image ./image)
+# pack IMAGE ARGS...: one image tarball into $work/images. It runs in
+# $pack_dir (the repository's root, whose module holds a -pkg; hack/ for the
+# pause program, a package of the hack module).
+pack_dir=$root
+pack() {
   local image=$1 name
   shift
   name=${image##*/}
-  (cd "$root" && "$work"/image -tag "$image" -out "$work/images/${name%%:*}.tar" -title "${name%%:*}" \
+  (cd "$pack_dir" && "$work"/image -tag "$image" -out "$work/images/${name%%:*}.tar" -title "${name%%:*}" \
     -version "${image##*:}" "$@") >/dev/null
 }
 sandbox_image=
@@ -115,7 +119,7 @@ for image in "${images[@]}"; do
     pack "$image" -bin "$bin"/coredns -entrypoint /coredns -user ""
     ;;
   pause)
-    pack "$image" -pkg ./hack/kind/pause -entrypoint /pause -user 65535:65535
+    pack_dir=$root/hack pack "$image" -pkg ./kind/pause -entrypoint /pause -user 65535:65535
     sandbox_image=$image
     ;;
   *)

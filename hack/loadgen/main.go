@@ -11,7 +11,7 @@
 // latencies are measured from each request's scheduled send time, so a
 // stall is charged to every request it delays (no coordinated omission).
 //
-//	go run ./hack/loadgen [-duration 5s] [-rate 2500] [-out docs/bench]
+//	go -C hack run ./loadgen [-duration 5s] [-rate 2500] [-out docs/bench]
 package main
 
 import (

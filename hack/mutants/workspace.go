@@ -77,7 +77,7 @@ func newWorkspace(root string, keep bool) (*workspace, error) {
 		}
 	}
 	w.testreport = filepath.Join(tmp, "bin", "testreport")
-	if err := w.goCmd(nil, "build", "-o", w.testreport, "./hack/testreport"); err != nil {
+	if err := w.goCmd(nil, "-C", "hack", "build", "-o", w.testreport, "./testreport"); err != nil {
 		w.close()
 		return nil, err
 	}
@@ -213,7 +213,24 @@ func (w *workspace) compile(pkg, path, overlay string, tags ...string) error {
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	return w.goCmd(nil, append(args, "./"+pkg)...)
+	dir, rel := moduleOf(pkg)
+	return w.goCmd(nil, append(append([]string{"-C", dir}, args...), rel)...)
+}
+
+// harnessModules are the repository's directories that are modules of their
+// own (the e2e suite and the tools); every other package is the root
+// module's.
+var harnessModules = []string{"e2e", "hack"}
+
+// moduleOf is the directory (from the repository root) of the module that
+// holds pkg, and pkg's directory relative to it.
+func moduleOf(pkg string) (dir, rel string) {
+	for _, m := range harnessModules {
+		if pkg == m || strings.HasPrefix(pkg, m+"/") {
+			return m, "./" + strings.TrimPrefix(strings.TrimPrefix(pkg, m), "/")
+		}
+	}
+	return ".", "./" + pkg
 }
 
 // runTests runs a compiled test binary in its package directory through

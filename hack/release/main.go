@@ -117,9 +117,17 @@ func run(ctx context.Context, o options) error {
 
 	env := append(os.Environ(), "SOURCE_DATE_EPOCH="+epoch)
 	digestFile := filepath.Join(work, "digest")
-	if err := goRun(ctx, root, env, "run", "./hack/image", "-oci", filepath.Join(out, "webhook-image.oci.tar"),
-		"-platforms", "linux/amd64,linux/arm64", "-version", o.Version, "-bin-dir", work, "-digest-file", digestFile); err != nil {
+	// hack/image is this module's; it builds the webhook from the root
+	// module, so it runs from the repository's root.
+	imageTool := filepath.Join(work, "image")
+	if err := goRun(ctx, filepath.Join(root, "hack"), env, "build", "-o", imageTool, "./image"); err != nil {
 		return err
+	}
+	image := exec.CommandContext(ctx, imageTool, "-oci", filepath.Join(out, "webhook-image.oci.tar"),
+		"-platforms", "linux/amd64,linux/arm64", "-version", o.Version, "-bin-dir", work, "-digest-file", digestFile)
+	image.Dir, image.Env, image.Stdout, image.Stderr = root, env, os.Stderr, os.Stderr
+	if err := image.Run(); err != nil {
+		return fmt.Errorf("hack/image (in %s): %w", root, err)
 	}
 	d, err := os.ReadFile(digestFile)
 	if err != nil {

@@ -4,7 +4,7 @@
 // not name for this run, or when an entry of the allowlist no longer skips.
 // A skipped check must never read as a pass (docs/testing.md).
 //
-//	go test -json ./... 2>&1 | go run ./hack/testreport -run test-unit
+//	go test -json ./... 2>&1 | bin/testreport -run test-unit   (make testreport builds it)
 //
 // -json keeps the raw events and -failures writes one "package test" line
 // per failed test ("package (package)" for a package that failed outside
@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -42,11 +43,11 @@ func mainErr(run, allowPath, raw, failures string, verbose bool) error {
 	if err != nil {
 		return err
 	}
-	gomod, err := os.ReadFile("go.mod")
+	module, err := rootModule()
 	if err != nil {
-		return fmt.Errorf("run from the module root: %w", err)
+		return err
 	}
-	r := &Report{Module: modulePath(gomod), Run: run, Allow: allow, Verbose: verbose, Out: os.Stdout}
+	r := &Report{Module: module, Run: run, Allow: allow, Verbose: verbose, Out: os.Stdout}
 
 	in := io.Reader(os.Stdin)
 	if raw != "" {
@@ -75,6 +76,33 @@ func mainErr(run, allowPath, raw, failures string, verbose bool) error {
 		return fmt.Errorf("%d failed tests, %d failed packages, %d skip problems", len(r.Failed), len(r.FailPkg), len(problems))
 	}
 	return nil
+}
+
+// rootModule is the path of the repository's root module: the outermost
+// go.mod at or above the working directory. Package names in the allowlist
+// are below it (e2e, pkg/fence, hack/chart) whichever of the repository's
+// modules ran the tests: the e2e suite and the tools are modules of their
+// own inside it.
+func rootModule() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	var module string
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil {
+			module = modulePath(b)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	if module == "" {
+		return "", fmt.Errorf("run inside the repository: no go.mod at or above the working directory")
+	}
+	return module, nil
 }
 
 // modulePath is the path on go.mod's module line.

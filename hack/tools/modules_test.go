@@ -27,6 +27,8 @@ import (
 // nested names each module that compiles packages beside the root module
 // (directory from the repository root) and the packages it builds.
 var nested = []struct{ dir, pkgs string }{
+	{"e2e", "./..."},                  // the e2e suite, the benchmarks, devcluster (the harness)
+	{"hack", "./..."},                 // the image builder, release, testreport, mutants (the harness)
 	{"hack/tools/kubernetes", "tool"}, // the control plane and the node image's binaries
 	{"hack/chart", "./..."},           // the Helm chart (make test-chart, make release)
 	{"e2e/ciliumproof", "./..."},      // the Cilium property test (make test-cilium)

@@ -2,13 +2,6 @@ package fencectl
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +16,8 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+
+	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
 // The webhook's side of the enforcement mode is read from its Deployment,
@@ -241,16 +236,6 @@ type testCert struct {
 // second, as X.509 stores it).
 func selfSigned(t *testing.T, notAfter time.Time) testCert {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	notAfter = notAfter.Truncate(time.Second)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test"},
-		NotBefore: notAfter.Add(-2 * time.Hour), NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCert{pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), notAfter: notAfter}
+	return testCert{pem: tst.SelfSignedCAPEM(t, "test", notAfter), notAfter: notAfter}
 }

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
@@ -45,17 +45,51 @@ func QuietKlog() {
 	klog.SetOutput(io.Discard)
 }
 
+// Streams are the command's standard input, output and error.
+type Streams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// kubeconfigFlags are kubectl's flags for the kubeconfig, context,
+// namespace and credentials (--kubeconfig, --context, -n, --server, --token,
+// --as, ...), bound with client-go's clientcmd. They are the flags
+// cli-runtime's ConfigFlags adds, without cli-runtime: its resource builder
+// imports kustomize, and every module this module imports is in the module
+// graph of each host that imports pkg/fence (hack/consumer checks that
+// graph).
+type kubeconfigFlags struct {
+	rules     *clientcmd.ClientConfigLoadingRules
+	overrides clientcmd.ConfigOverrides
+}
+
+func newKubeconfigFlags() *kubeconfigFlags {
+	return &kubeconfigFlags{rules: clientcmd.NewDefaultClientConfigLoadingRules()}
+}
+
+func (f *kubeconfigFlags) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.rules.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file to use for CLI requests.")
+	clientcmd.BindOverrideFlags(&f.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
+}
+
+// loader resolves the kubeconfig as kubectl does: --kubeconfig, else
+// $KUBECONFIG, else ~/.kube/config, with the flags' overrides applied.
+func (f *kubeconfigFlags) loader() clientcmd.ClientConfig {
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(f.rules, &f.overrides)
+}
+
 type root struct {
-	streams genericiooptions.IOStreams
-	flags   *genericclioptions.ConfigFlags
+	streams Streams
+	flags   *kubeconfigFlags
 	opts    Options
 	output  string
 }
 
 // NewCommand is `kubectl fence` with its three subcommands, using kubectl's
 // flags for the kubeconfig, context, namespace and credentials.
-func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	r := &root{streams: streams, flags: genericclioptions.NewConfigFlags(true)}
+func NewCommand(streams Streams) *cobra.Command {
+	r := &root{streams: streams, flags: newKubeconfigFlags()}
 	cmd := &cobra.Command{
 		Use:   "kubectl fence",
 		Short: "Audit, inspect and check sandbox-fence on a cluster",
@@ -68,7 +102,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	r.flags.AddFlags(cmd.PersistentFlags())
+	r.flags.addFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml.")
 	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
 	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
@@ -77,7 +111,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 }
 
 func (r *root) clients() (Clients, error) {
-	cfg, err := r.flags.ToRESTConfig()
+	cfg, err := r.flags.loader().ClientConfig()
 	if err != nil {
 		return Clients{}, err
 	}
@@ -134,7 +168,7 @@ func (r *root) status() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ns, _, err := r.flags.ToRawKubeConfigLoader().Namespace()
+			ns, _, err := r.flags.loader().Namespace()
 			if err != nil {
 				return err
 			}

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -52,19 +50,7 @@ func RenderKustomization(t testing.TB, configDir string, k map[string]any) []*un
 	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
-	if err != nil {
-		t.Fatalf("kustomize build %s: %v", b, err)
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		mm, err := r.Map()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, &unstructured.Unstructured{Object: mm})
-	}
-	return out
+	return Kustomize(t, tmp)
 }
 
 // Find returns the rendered object of kind and name, converted into out.

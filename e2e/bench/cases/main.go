@@ -3,7 +3,7 @@
 // own language (E2E_ENFORCER, e2e/peers) — and prints which cases each gets
 // right and wrong as one Markdown table (BENCHMARKS.md).
 //
-//	go run ./e2e/bench/cases [-out bin/bench] [-enforcers sandbox-fence,kyverno,gatekeeper]
+//	go -C e2e run ./bench/cases [-out bin/bench] [-enforcers sandbox-fence,kyverno,gatekeeper]
 //
 // A case is a leaf test of the suite: a test without subtests, or a
 // subtest. It exits non-zero only when the shipped bundle gets a case wrong:
@@ -98,8 +98,9 @@ func main() {
 func runSuite(root, enforcer, timeout string) (*run, error) {
 	logf("running the e2e suite against %s", enforcer)
 	start := time.Now()
-	cmd := exec.Command("go", "test", "-count=1", "-tags", "e2e", "-json", "-timeout", timeout, "./e2e/")
-	cmd.Dir = root
+	// The suite is the e2e module's root package.
+	cmd := exec.Command("go", "test", "-count=1", "-tags", "e2e", "-json", "-timeout", timeout, ".")
+	cmd.Dir = filepath.Join(root, "e2e")
 	cmd.Env = append(os.Environ(), framework.EnvEnforcer+"="+enforcer)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
