@@ -142,14 +142,33 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 
 # The modules make test builds (the peers' modules, hack/peers, only make
 # peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
-TIDY_MODULES := . $(HARNESS) e2e/ciliumproof hack/chart hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
+TIDY_MODULES := . $(HARNESS) e2e/ciliumproof hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
+
+# controller-gen's generators: FenceConfig's deep copy and CRD, from the
+# markers on api/v1alpha1.
+CONTROLLER_GEN_ARGS := object paths=./api/... crd:crdVersions=v1
+
+.PHONY: controller-gen
+controller-gen:
+	@mkdir -p $(BIN)
+	@$(GO) -C hack/tools/controller-gen build -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+
+.PHONY: generate
+generate: controller-gen ## Regenerate FenceConfig's CRD (config/crd/bases) and deep copy (api/v1alpha1) from the markers on api/v1alpha1, with controller-gen (hack/tools/controller-gen).
+	$(BIN)/controller-gen $(CONTROLLER_GEN_ARGS) output:crd:dir=config/crd/bases
 
 .PHONY: verify
 # The chart's currency is TestChartIsCurrent's (make test-chart), not
-# checked twice here.
-verify: lint tools ## Lint, then fail on go.mod/go.sum that are not tidy or a kustomization that does not render.
+# checked twice here. The generators write into a temporary directory,
+# which is compared with the tree: an uncommitted edit that make generate would write
+# passes, a hand edit of a generated file or a stale one fails.
+verify: lint tools controller-gen ## Lint, then fail on go.mod/go.sum that are not tidy, on generated files that differ from make generate's, or a kustomization that does not render.
 	@for m in $(TIDY_MODULES); do \
 	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "make verify: $$m: go.mod or go.sum is not tidy (go mod tidy -diff above; run go mod tidy in $$m)" >&2; exit 1; }; done
+	@gen=$$(mktemp -d) && trap 'rm -rf "$$gen"' EXIT && \
+	  $(BIN)/controller-gen $(CONTROLLER_GEN_ARGS) output:crd:dir=$$gen/crd output:object:dir=$$gen/api && \
+	  { diff -ru config/crd/bases $$gen/crd && diff -u api/v1alpha1/zz_generated.deepcopy.go $$gen/api/zz_generated.deepcopy.go; } || { \
+	  echo "make verify: the generated files above differ from what make generate writes: run make generate and commit the result (edit the markers on api/v1alpha1, never the output)" >&2; exit 1; }
 	$(KUBECTL) kustomize config/vap >/dev/null
 	$(KUBECTL) kustomize config/default >/dev/null
 

@@ -20,8 +20,9 @@ func fullConfig() *FenceConfig {
 	}
 }
 
-// The deep copy is hand-written; a copy that shared a slice or map with the
-// original would let the webhook's cache be changed through a handler's copy.
+// The deep copy is generated (controller-gen); a copy that shared a slice or
+// map with the original would let the webhook's cache be changed through a
+// handler's copy.
 func TestDeepCopySharesNothing(t *testing.T) {
 	orig := fullConfig()
 	cp := orig.DeepCopy()

@@ -35,8 +35,18 @@ var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 // GroupVersionResource is the resource the webhook watches.
 var GroupVersionResource = GroupVersion.WithResource(Resource)
 
-// FenceConfig configures sandbox-fence. It is cluster-scoped so that no
-// namespace-scoped identity (in particular no host) can write it.
+// FenceConfig configures sandbox-fence's admission policies and webhook. It
+// is the parameter (paramKind) of the shipped ValidatingAdmissionPolicies and
+// the configuration the webhook reads. Cluster-scoped, so that no host (a
+// namespaced identity) can write it. The schema refuses malformed
+// configuration at write time, so the policies never see one.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=sandbox-fence
+// +kubebuilder:storageversion
+// +kubebuilder:printcolumn:name="Hosts",type=string,JSONPath=".spec.hosts[*].username",description="bound host identities"
+// +kubebuilder:printcolumn:name="Label-Key",type=string,JSONPath=".spec.perSandboxLabelKey"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type FenceConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -45,56 +55,105 @@ type FenceConfig struct {
 }
 
 // FenceConfigSpec is the whole configuration. Every field is optional; the
-// zero value fences nobody and lets nobody repair an epoch.
+// empty spec fences nobody and lets nobody repair an epoch.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.hosts) || !has(self.breakGlass) || !has(self.breakGlass.users) || self.hosts.all(h, !(h.username in self.breakGlass.users))",message="a host identity can never be break-glass (contract §8.5); remove it from breakGlass.users",fieldPath=".breakGlass.users"
 type FenceConfigSpec struct {
-	// Hosts are the bound host identities: the CiliumNetworkPolicy fence
+	// Hosts are the bound host identities. The CiliumNetworkPolicy fence
 	// applies to exactly these users, and only in their namespaces.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=username
+	// +kubebuilder:validation:MaxItems=64
 	Hosts []Host `json:"hosts,omitempty"`
 
-	// PerSandboxLabelKey is the pod label that selects one sandbox's pods in
-	// its per-sandbox egress policy. Empty means
-	// fence.DefaultPerSandboxLabelKey (sandbox.namzu.ai/per-sandbox-egress).
+	// PerSandboxLabelKey is the pod label selecting one sandbox's pods in its
+	// per-sandbox egress policy. Empty means
+	// sandbox.namzu.ai/per-sandbox-egress (fence.DefaultPerSandboxLabelKey).
+	//
+	// The pattern is a qualified label key: an optional DNS-subdomain
+	// prefix, then a name of at most 63 characters.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('/') || self.split('/')[0].size() <= 253",message="the prefix of perSandboxLabelKey must be at most 253 characters"
 	PerSandboxLabelKey string `json:"perSandboxLabelKey,omitempty"`
 
-	// BreakGlass are the identities that may repair a malformed holder epoch
-	// (contract §8.5). Never a host: the schema refuses a username listed in both.
+	// BreakGlass are the identities that may repair a malformed holder
+	// epoch (contract §8.5). Default none. Never a host: the schema refuses
+	// a username listed in both.
+	//
+	// +optional
 	BreakGlass BreakGlass `json:"breakGlass,omitempty"`
 
 	// StrictDelete, with the binding of config/vap/components/strict-delete,
-	// makes the ValidatingAdmissionPolicy sandbox-fence-strict-delete refuse
-	// a bound host's DELETE of a Sandbox whose stored epoch is above 0, and
-	// of any SandboxClaim, unless it carries preconditions.resourceVersion
-	// (contract §8.4). Off by default.
+	// refuses a bound host's DELETE of a Sandbox whose stored epoch is above
+	// 0, or of any SandboxClaim, unless it carries
+	// preconditions.resourceVersion (contract §8.4). Off by default.
+	//
+	// +optional
 	StrictDelete bool `json:"strictDelete,omitempty"`
 
 	// UniqueOwnerLabel makes the webhook refuse a per-sandbox policy whose
-	// selector value is also carried by another claim or Sandbox in the
-	// namespace (contract §4.4 item 3). Off by default.
+	// selector value another claim or Sandbox in the namespace also carries
+	// (contract §4.4 item 3). Off by default.
+	//
+	// +optional
 	UniqueOwnerLabel bool `json:"uniqueOwnerLabel,omitempty"`
 }
 
 // Host is one bound host identity.
 type Host struct {
 	// Username is the host's ServiceAccount,
-	// "system:serviceaccount:<namespace>:<name>" (contract §8.7). The schema
-	// refuses any other identity, and kube-system ServiceAccounts: the
-	// webhook routes only ServiceAccounts outside kube-system, so every
-	// bound host gets every check.
+	// system:serviceaccount:<namespace>:<name> (contract §8.7): the webhook
+	// checks ServiceAccounts only, and never those of kube-system, where the
+	// cluster's controllers run.
+	//
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$')",message="a bound host must be a ServiceAccount, system:serviceaccount:<namespace>:<name>; the webhook verifies the owners of ServiceAccounts' policies only, so any other identity would skip those checks (contract §8.7)"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('system:serviceaccount:kube-system:')",message="a kube-system ServiceAccount can never be a bound host: the cluster's controllers (the garbage collector, the namespace controller) run there, and the fence never stands in their way (contract §8.7)"
+	// +kubebuilder:validation:XValidation:rule="self != 'system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook'",message="the webhook's own ServiceAccount can never be a bound host (contract §8.7)"
 	Username string `json:"username"`
+
 	// Namespaces are the namespaces in which this host drives sandboxes. A
 	// write by the host in any other fenced namespace is refused.
+	//
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespaces []string `json:"namespaces"`
 }
 
 // BreakGlass lists the identities allowed to repair a malformed epoch.
 type BreakGlass struct {
 	// Users are user names, matched exactly.
+	//
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
 	Users []string `json:"users,omitempty"`
+
 	// Groups are group names; a member of any of them is break-glass.
+	//
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
 	Groups []string `json:"groups,omitempty"`
 }
 
 // FenceConfigList is a list of FenceConfig.
+//
+// +kubebuilder:object:root=true
 type FenceConfigList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
