@@ -316,11 +316,22 @@ func TestInClusterWebhookRunsOnTwoNodesBehindItsService(t *testing.T) {
 			t.Errorf("webhook %s: no caBundle: cert-controller did not inject one", w.Name)
 		}
 	}
+	// The shipped PriorityClass (config/webhook/base/deployment.yaml),
+	// resolved by the API server's Priority admission plugin: the pods are
+	// preempted and evicted last, like the cluster's own controllers.
+	critical, err := env.Admin.Kube.SchedulingV1().PriorityClasses().Get(ctx, "system-cluster-critical", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	podIPs := map[string]string{}
 	nodes := map[string]bool{}
 	for _, p := range webhookPods(t) {
 		podIPs[p.Status.PodIP] = p.Name
 		nodes[p.Spec.NodeName] = true
+		if p.Spec.PriorityClassName != critical.Name || p.Spec.Priority == nil || *p.Spec.Priority != critical.Value {
+			t.Errorf("pod %s: priorityClassName %q, priority %v; want %s (%d), as config/webhook ships it",
+				p.Name, p.Spec.PriorityClassName, p.Spec.Priority, critical.Name, critical.Value)
+		}
 	}
 	eps, err := framework.ReadyWebhookEndpoints(ctx, env.Admin.Kube)
 	if err != nil {
