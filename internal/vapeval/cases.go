@@ -46,6 +46,12 @@ type CaseInput struct {
 	SubResource string   `json:"subResource,omitempty"`
 	// Object is the new object (CREATE, full-object UPDATE).
 	Object map[string]any `json:"object,omitempty"`
+	// ObjectFrom, instead of Object, names a base object the case starts
+	// from: tests/bases/<name>.yaml beside the cases, the valid object most
+	// cases share. ObjectPatch (RFC 6902) then changes it, so a case states
+	// only how it differs. LoadCases builds Object from the two.
+	ObjectFrom  string `json:"objectFrom,omitempty"`
+	ObjectPatch []any  `json:"objectPatch,omitempty"`
 	// OldObject is the stored object (UPDATE, DELETE).
 	OldObject map[string]any `json:"oldObject,omitempty"`
 	// MergePatch, when set, makes the new object oldObject with this JSON
@@ -110,6 +116,9 @@ func LoadCases(dir string) ([]*Case, error) {
 		if err := c.check(); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
+		if err := c.Request.resolveBase(filepath.Join(dir, "tests", "bases")); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
 		out = append(out, c)
 	}
 	return out, nil
@@ -137,6 +146,12 @@ func (c *Case) check() error {
 	if (c.Request.MergePatch != nil || c.Request.JSONPatch != nil) && (c.Request.OldObject == nil || c.Request.Object != nil) {
 		errs = append(errs, errors.New("request: a patch applies to oldObject and replaces object"))
 	}
+	if c.Request.ObjectFrom != "" && c.Request.Object != nil {
+		errs = append(errs, errors.New("request: objectFrom and object are exclusive (objectFrom plus objectPatch builds object)"))
+	}
+	if c.Request.ObjectPatch != nil && c.Request.ObjectFrom == "" {
+		errs = append(errs, errors.New("request: objectPatch changes the base objectFrom names; name one"))
+	}
 	if c.Params.Absent && c.Params.Spec != nil {
 		errs = append(errs, errors.New("params: absent and spec are exclusive"))
 	}
@@ -153,6 +168,33 @@ func (c *Case) check() error {
 		errs = append(errs, errors.New("expect: a denial needs its code and at least one message substring"))
 	}
 	return errors.Join(errs...)
+}
+
+// resolveBase builds Object from ObjectFrom (a file in bases) and
+// ObjectPatch.
+func (in *CaseInput) resolveBase(bases string) error {
+	if in.ObjectFrom == "" {
+		return nil
+	}
+	path := filepath.Join(bases, in.ObjectFrom+".yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("request.objectFrom: %w", err)
+	}
+	var base map[string]any
+	if err := yaml.UnmarshalStrict(b, &base); err != nil {
+		return fmt.Errorf("request.objectFrom: %s: %w", path, err)
+	}
+	if in.ObjectPatch == nil {
+		in.Object = base
+		return nil
+	}
+	obj, err := applyPatch(base, nil, in.ObjectPatch, "request.objectPatch (on bases/"+in.ObjectFrom+".yaml)")
+	if err != nil {
+		return err
+	}
+	in.Object = obj
+	return nil
 }
 
 // Resources maps the kinds cases use to their resources.
@@ -176,7 +218,11 @@ func (in CaseInput) BuildRequest() (Request, error) {
 	case in.Object != nil:
 		obj = &unstructured.Unstructured{Object: runtime.DeepCopyJSON(in.Object)}
 	case in.MergePatch != nil || in.JSONPatch != nil:
-		patched, err := applyPatch(in.OldObject, in.MergePatch, in.JSONPatch)
+		field := "request.jsonPatch"
+		if in.MergePatch != nil {
+			field = "request.mergePatch"
+		}
+		patched, err := applyPatch(in.OldObject, in.MergePatch, in.JSONPatch, field)
 		if err != nil {
 			return Request{}, err
 		}
@@ -254,7 +300,9 @@ func options(op admission.Operation, raw map[string]any) (runtime.Object, error)
 	return into, nil
 }
 
-func applyPatch(old map[string]any, merge map[string]any, ops []any) (map[string]any, error) {
+// applyPatch applies merge (RFC 7386) or ops (RFC 6902) to old; field is
+// the case's field the patch came from, for the error.
+func applyPatch(old map[string]any, merge map[string]any, ops []any, field string) (map[string]any, error) {
 	doc, err := json.Marshal(old)
 	if err != nil {
 		return nil, err
@@ -266,7 +314,7 @@ func applyPatch(old map[string]any, merge map[string]any, ops []any) (map[string
 			return nil, err
 		}
 		if out, err = jsonpatch.MergePatch(doc, p); err != nil {
-			return nil, fmt.Errorf("request.mergePatch: %w", err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 	} else {
 		p, err := json.Marshal(ops)
@@ -275,10 +323,10 @@ func applyPatch(old map[string]any, merge map[string]any, ops []any) (map[string
 		}
 		patch, err := jsonpatch.DecodePatch(p)
 		if err != nil {
-			return nil, fmt.Errorf("request.jsonPatch: %w", err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		if out, err = patch.Apply(doc); err != nil {
-			return nil, fmt.Errorf("request.jsonPatch: %w", err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 	}
 	var m map[string]any

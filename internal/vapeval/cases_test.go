@@ -1,6 +1,9 @@
 package vapeval
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -45,6 +48,82 @@ func TestCaseProblems(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if diff := cmp.Diff(tt.want, tt.c.Problems(tt.v)); diff != "" {
 				t.Errorf("Problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A case may start from a base object beside the cases and state how it
+// differs (objectFrom plus objectPatch); LoadCases builds the object, and
+// refuses the combinations that would leave it ambiguous.
+func TestLoadCasesBuildsTheObjectFromABaseAndAPatch(t *testing.T) {
+	base := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns}\ndata: {k: v, other: x}\n"
+	head := "description: d\nrequest:\n  operation: CREATE\n  user: u\n"
+	tail := "expect: {allowed: true}\n"
+	cases := []struct {
+		name    string
+		request string
+		want    map[string]any
+		wantErr string
+	}{
+		{
+			name:    "the base with a patch applied is the object",
+			request: "  objectFrom: cm\n  objectPatch:\n  - {op: replace, path: /data/k, value: w}\n  - {op: remove, path: /data/other}\n",
+			want:    map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}, "data": map[string]any{"k": "w"}},
+		},
+		{
+			name:    "the base alone is the object",
+			request: "  objectFrom: cm\n",
+			want:    map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}, "data": map[string]any{"k": "v", "other": "x"}},
+		},
+		{
+			name:    "a base and an object are refused",
+			request: "  objectFrom: cm\n  object: {apiVersion: v1, kind: ConfigMap}\n",
+			wantErr: "objectFrom and object are exclusive",
+		},
+		{
+			name:    "a patch without a base is refused",
+			request: "  objectPatch:\n  - {op: remove, path: /data}\n",
+			wantErr: "objectPatch changes the base objectFrom names",
+		},
+		{
+			name:    "a missing base names its file",
+			request: "  objectFrom: nope\n",
+			wantErr: "bases/nope.yaml",
+		},
+		{
+			name:    "a patch that does not apply names the base",
+			request: "  objectFrom: cm\n  objectPatch:\n  - {op: remove, path: /spec}\n",
+			wantErr: "request.objectPatch (on bases/cm.yaml)",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "tests", "bases"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "tests", "bases", "cm.yaml"), []byte(base), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "tests", "c.yaml"), []byte(head+tc.request+tail), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := LoadCases(dir)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("LoadCases: %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d cases, want 1 (a base is not a case)", len(got))
+			}
+			if diff := cmp.Diff(tc.want, got[0].Request.Object); diff != "" {
+				t.Errorf("object (-want +got):\n%s", diff)
 			}
 		})
 	}
