@@ -33,7 +33,9 @@ var (
 // Shape rules (the name prefix, uid in the name, selector shape, egress
 // allowlist) are the ValidatingAdmissionPolicy's; this validator only
 // refuses shapes that leave it without an owner to look up. Warnings are
-// returned for writes that are admitted but suspicious.
+// returned for writes that are admitted but suspicious, as "<field>:
+// <detail>" like the errors: the caller that shows them (the webhook's
+// response, kubectl fence) names the rule family, as it does for errors.
 func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, owners OwnerLookup, old, obj *unstructured.Unstructured) (field.ErrorList, []string) {
 	_ = old
 	refs := obj.GetOwnerReferences()
@@ -154,7 +156,7 @@ func checkUniqueLabel(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, o
 		e.Detail = detail + " (spec.uniqueOwnerLabel is set); give each sandbox its own label value"
 		return field.ErrorList{e}, nil
 	}
-	return nil, []string{"cilium-fence: " + path.String() + ": " + detail + "; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"}
+	return nil, []string{path.String() + ": " + detail + "; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"}
 }
 
 func ownedBy(obj, owner *unstructured.Unstructured) bool {

@@ -176,7 +176,7 @@ func TestValidateCiliumOwner(t *testing.T) {
 		name:         "another claim carrying the same pod label is admitted with a warning when uniqueness is off",
 		owners:       tst.NewFakeOwners(claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()),
 		obj:          tst.MakeCNP(claim).Obj(),
-		wantWarnings: []string{"cilium-fence: spec.endpointSelector.matchLabels[sandbox.namzu.ai/per-sandbox-egress]: the pod label sandbox.namzu.ai/per-sandbox-egress=a is also carried by SandboxClaim/b, whose pods this policy would also let out; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"},
+		wantWarnings: []string{"spec.endpointSelector.matchLabels[sandbox.namzu.ai/per-sandbox-egress]: the pod label sandbox.namzu.ai/per-sandbox-egress=a is also carried by SandboxClaim/b, whose pods this policy would also let out; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"},
 	}, {
 		name:   "claims and Sandboxes carrying the same pod label are refused when uniqueness is on",
 		cfg:    tst.MakeConfig("sandbox-fence").UniqueOwnerLabel().Obj(),

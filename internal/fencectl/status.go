@@ -130,7 +130,9 @@ func Status(ctx context.Context, c Clients, o Options, namespace, name string) (
 		for _, e := range errs {
 			p.Problems = append(p.Problems, "cilium-fence: "+e.Error())
 		}
-		p.Problems = append(p.Problems, warnings...)
+		for _, w := range warnings {
+			p.Problems = append(p.Problems, "cilium-fence: "+w)
+		}
 		st.EgressPolicies = append(st.EgressPolicies, p)
 	}
 	return st, nil

@@ -134,6 +134,7 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	// The stored object is not decoded: the owner rule checks the new state
 	// on its own (an UPDATE exactly like a CREATE), so old is always nil.
 	errs, warnings := admit.ValidateCiliumOwner(lctx, &cfg.Spec, h.Owners, nil, obj)
+	warnings = withFamily(ciliumFamily, warnings)
 	if len(errs) > 0 {
 		verdict := verdictOf(errs)
 		log.Info("denied", "errors", errs.ToAggregate().Error())
@@ -230,6 +231,16 @@ func denial(family string, gk schema.GroupKind, name string, errs field.ErrorLis
 		st.Details.Causes[i].Message = deniedPrefix(family) + st.Details.Causes[i].Message
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st, Warnings: warnings}}
+}
+
+// withFamily opens each of a validator's warnings with the rule family, as
+// denial does for its message: the one layer that names the family.
+func withFamily(family string, warnings []string) []string {
+	var out []string
+	for _, w := range warnings {
+		out = append(out, family+": "+w)
+	}
+	return out
 }
 
 // deniedPrefix opens the message of every cause of a denial.
