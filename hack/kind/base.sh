@@ -10,7 +10,8 @@
 #   kind-base-rootfs.tar     the root filesystem (docker import makes it an image)
 #   kind-kube-proxy-tree.tar iptables and conntrack with their libraries, for
 #                            the kube-proxy image (hack/kind/node-image.sh)
-# Rebuilt only when this script or the kind version in go.mod changes
+# Rebuilt only when this script or the kind version in e2e/go.mod (the
+# harness module, whose kind provider pins it) changes
 # (bin/.kind-base.stamp); -f forces it.
 #
 # Linux and root only (debootstrap, chroot).
@@ -30,8 +31,9 @@ fail() {
   exit 1
 }
 
-kind_version=$(awk '$1 == "sigs.k8s.io/kind" {print $2}' "$root"/go.mod)
-[[ -n $kind_version ]] || fail "no sigs.k8s.io/kind in $root/go.mod"
+kind_mod=$root/e2e/go.mod
+kind_version=$(awk '$1 == "sigs.k8s.io/kind" {print $2}' "$kind_mod")
+[[ -n $kind_version ]] || fail "no sigs.k8s.io/kind in $kind_mod"
 want=$(cat "${BASH_SOURCE[0]}" <(echo "$kind_version") | sha256sum | cut -d' ' -f1)
 if [[ ${1:-} != -f && -f $stamp && $(cat "$stamp") == "$want" && -f $bin/kind-base-rootfs.tar && -f $bin/kind-kube-proxy-tree.tar ]]; then
   echo "kind base: up to date in $bin (stamp $(cut -c1-12 "$stamp"))"
@@ -45,7 +47,7 @@ mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/de
 [[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $0 !~ /security/ {for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) {print $i; exit}}' /etc/apt/sources.list 2>/dev/null || true)
 [[ -n $mirror ]] || fail "no Debian mirror configured for apt on this machine"
 
-kind_files=$(cd "$root" && go mod download -json sigs.k8s.io/kind | awk -F'"' '$2 == "Dir" {print $4}')/images/base/files
+kind_files=$(cd "$root"/e2e && go mod download -json sigs.k8s.io/kind | awk -F'"' '$2 == "Dir" {print $4}')/images/base/files
 [[ -d $kind_files ]] || fail "sigs.k8s.io/kind $kind_version has no images/base/files"
 
 start=$SECONDS
