@@ -3,7 +3,6 @@ package framework
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/ciliumversion"
+	"github.com/sandbox-fence/sandbox-fence/internal/reporoot"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 	"github.com/sandbox-fence/sandbox-fence/internal/testing/upstream"
 )
@@ -22,23 +22,7 @@ type Logf func(format string, args ...any)
 
 // RepoRoot finds the repository root (the directory holding the project
 // go.mod) from the working directory upwards.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/sandbox-fence/sandbox-fence\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("repository root not found: run from inside the sandbox-fence checkout")
-		}
-		dir = parent
-	}
-}
+func RepoRoot() (string, error) { return reporoot.Find() }
 
 // CRDs returns the CustomResourceDefinitions the suite installs, with a line
 // per choice made: the agent-sandbox CRDs (the project's subsets in

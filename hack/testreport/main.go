@@ -18,8 +18,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strings"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/reporoot"
 )
 
 func main() {
@@ -43,11 +43,10 @@ func mainErr(run, allowPath, raw, failures string, verbose bool) error {
 	if err != nil {
 		return err
 	}
-	module, err := rootModule()
-	if err != nil {
-		return err
-	}
-	r := &Report{Module: module, Run: run, Allow: allow, Verbose: verbose, Out: os.Stdout}
+	// Package names in the allowlist are below the root module (e2e,
+	// pkg/fence, hack/chart), whichever of the repository's modules ran
+	// the tests.
+	r := &Report{Module: reporoot.Module, Run: run, Allow: allow, Verbose: verbose, Out: os.Stdout}
 
 	in := io.Reader(os.Stdin)
 	if raw != "" {
@@ -76,41 +75,4 @@ func mainErr(run, allowPath, raw, failures string, verbose bool) error {
 		return fmt.Errorf("%d failed tests, %d failed packages, %d skip problems", len(r.Failed), len(r.FailPkg), len(problems))
 	}
 	return nil
-}
-
-// rootModule is the path of the repository's root module: the outermost
-// go.mod at or above the working directory. Package names in the allowlist
-// are below it (e2e, pkg/fence, hack/chart) whichever of the repository's
-// modules ran the tests: the e2e suite and the tools are modules of their
-// own inside it.
-func rootModule() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	var module string
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil {
-			module = modulePath(b)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	if module == "" {
-		return "", fmt.Errorf("run inside the repository: no go.mod at or above the working directory")
-	}
-	return module, nil
-}
-
-// modulePath is the path on go.mod's module line.
-func modulePath(gomod []byte) string {
-	for l := range strings.Lines(string(gomod)) {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "module" {
-			return strings.Trim(f[1], `"`)
-		}
-	}
-	return ""
 }

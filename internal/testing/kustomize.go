@@ -1,19 +1,17 @@
 package testing
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/reporoot"
+	"github.com/sandbox-fence/sandbox-fence/internal/yamldocs"
 )
 
 // Kustomize builds the kustomization in dir with `kubectl kustomize`, the
@@ -29,7 +27,7 @@ import (
 // whose kustomize is the one that release's users run.
 func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	kubectl, err := Kubectl()
+	kubectl, err := kubectl()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,16 +38,17 @@ func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
 	}
-	objs, err := decodeYAMLStream(out)
+	objs, err := yamldocs.Decode(bytes.NewReader(out))
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s printed what is not YAML objects: %v", dir, err)
 	}
 	return objs
 }
 
-// Kubectl is bin/kubectl of the checkout the test runs in.
-func Kubectl() (string, error) {
-	root, err := repoRoot()
+// kubectl is bin/kubectl of the checkout the test runs in (the pinned
+// release's; e2e/framework.Kubectl picks the suite's chosen release).
+func kubectl() (string, error) {
+	root, err := reporoot.Find()
 	if err != nil {
 		return "", err
 	}
@@ -58,53 +57,4 @@ func Kubectl() (string, error) {
 		return "", fmt.Errorf("rendering config/ needs %s, the control plane's kubectl: run make tools (it builds it from the Go module proxy, cached in bin/): %w", p, err)
 	}
 	return p, nil
-}
-
-// rootModule is the go.mod line of the repository's root module.
-const rootModule = "module github.com/sandbox-fence/sandbox-fence\n"
-
-// repoRoot is the checkout's root: the directory of the root module's go.mod
-// at or above the working directory (go test runs a test in its package's
-// directory, in whichever of the repository's modules).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), rootModule) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("the sandbox-fence checkout's root (its go.mod) is not above the working directory")
-		}
-		dir = parent
-	}
-}
-
-// decodeYAMLStream splits a multi-document YAML stream into objects,
-// skipping empty documents.
-func decodeYAMLStream(b []byte) ([]*unstructured.Unstructured, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-	var out []*unstructured.Unstructured
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		o := &unstructured.Unstructured{}
-		if err := utilyaml.Unmarshal(doc, &o.Object); err != nil {
-			return nil, err
-		}
-		if len(o.Object) > 0 {
-			out = append(out, o)
-		}
-	}
 }

@@ -9,8 +9,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/yamldocs"
 )
 
 // PolicyDir is one shipped policy: policies/<name>/{policy,binding}.yaml.
@@ -72,18 +73,9 @@ func LoadObjects(path string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if err.Error() == "EOF" {
-				return out, nil
-			}
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
+	out, err := yamldocs.Decode(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return out, nil
 }

@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/reporoot"
 )
 
 // Epoch is one line of the corpus.
@@ -33,25 +35,13 @@ func (e Epoch) Name() string { return fmt.Sprintf("%s %q", e.Why, e.Raw) }
 // rel is the corpus's path from the repository root.
 var rel = filepath.Join("pkg", "fence", "testdata", "epochs.jsonl")
 
-// Path finds the corpus from the working directory up (a test runs in its
-// package's directory; builds are -trimpath, so the source file's own path
-// cannot be used).
+// Path is the corpus's path in the checkout the test runs in.
 func Path() (string, error) {
-	dir, err := os.Getwd()
+	root, err := reporoot.Find()
 	if err != nil {
 		return "", err
 	}
-	for {
-		p := filepath.Join(dir, rel)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%s not found above the working directory", rel)
-		}
-		dir = parent
-	}
+	return filepath.Join(root, rel), nil
 }
 
 // Load reads the corpus. Lines must be unique, carry a reason, and a
