@@ -447,3 +447,28 @@ func writeFile(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+// A mutant's tests compile in the module that holds their package: the
+// nearest go.mod, so a new harness module needs no list kept here.
+func TestModuleOfIsTheNearestGoMod(t *testing.T) {
+	w := &workspace{src: t.TempDir()}
+	for _, d := range []string{".", "e2e", "e2e/soak", "policies"} {
+		if err := os.MkdirAll(filepath.Join(w.src, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []string{"go.mod", "e2e/go.mod"} {
+		if err := os.WriteFile(filepath.Join(w.src, m), []byte("module m\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pkg, want := range map[string][2]string{
+		"policies": {".", "./policies"},
+		"e2e":      {"e2e", "."},
+		"e2e/soak": {"e2e", "./soak"},
+	} {
+		if dir, rel := w.moduleOf(pkg); dir != want[0] || rel != want[1] {
+			t.Errorf("moduleOf(%q) = %q, %q; want %q, %q", pkg, dir, rel, want[0], want[1])
+		}
+	}
+}

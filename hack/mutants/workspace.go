@@ -213,24 +213,27 @@ func (w *workspace) compile(pkg, path, overlay string, tags ...string) error {
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	dir, rel := moduleOf(pkg)
+	dir, rel := w.moduleOf(pkg)
 	return w.goCmd(nil, append(append([]string{"-C", dir}, args...), rel)...)
 }
 
-// harnessModules are the repository's directories that are modules of their
-// own (the e2e suite and the tools); every other package is the root
-// module's.
-var harnessModules = []string{"e2e", "hack"}
-
 // moduleOf is the directory (from the repository root) of the module that
-// holds pkg, and pkg's directory relative to it.
-func moduleOf(pkg string) (dir, rel string) {
-	for _, m := range harnessModules {
-		if pkg == m || strings.HasPrefix(pkg, m+"/") {
-			return m, "./" + strings.TrimPrefix(strings.TrimPrefix(pkg, m), "/")
+// holds pkg, the nearest go.mod at or above it (the e2e suite and the tools
+// are modules of their own, docs/modules.md), and pkg's directory relative
+// to it.
+func (w *workspace) moduleOf(pkg string) (dir, rel string) {
+	dir = pkg
+	for dir != "." {
+		if _, err := os.Stat(filepath.Join(w.src, dir, "go.mod")); err == nil {
+			break
 		}
+		dir = filepath.Dir(dir)
 	}
-	return ".", "./" + pkg
+	r, _ := filepath.Rel(dir, pkg)
+	if r == "." {
+		return dir, "."
+	}
+	return dir, "./" + r
 }
 
 // runTests runs a compiled test binary in its package directory through
