@@ -103,6 +103,7 @@ func LoadCases(dir string) ([]*Case, error) {
 		return nil, err
 	}
 	sort.Strings(files)
+	bases := baseObjects{dir: filepath.Join(dir, "tests", "bases"), read: map[string]map[string]any{}}
 	var out []*Case
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -116,7 +117,7 @@ func LoadCases(dir string) ([]*Case, error) {
 		if err := c.check(); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
-		if err := c.Request.resolveBase(filepath.Join(dir, "tests", "bases")); err != nil {
+		if err := c.Request.resolveBase(bases); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		out = append(out, c)
@@ -170,20 +171,38 @@ func (c *Case) check() error {
 	return errors.Join(errs...)
 }
 
-// resolveBase builds Object from ObjectFrom (a file in bases) and
+// baseObjects are the tests/bases/ of one policy, each read once.
+type baseObjects struct {
+	dir  string
+	read map[string]map[string]any
+}
+
+// get returns a copy of the base object name.
+func (b baseObjects) get(name string) (map[string]any, error) {
+	obj, ok := b.read[name]
+	if !ok {
+		path := filepath.Join(b.dir, name+".yaml")
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("request.objectFrom: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(raw, &obj); err != nil {
+			return nil, fmt.Errorf("request.objectFrom: %s: %w", path, err)
+		}
+		b.read[name] = obj
+	}
+	return runtime.DeepCopyJSON(obj), nil
+}
+
+// resolveBase builds Object from ObjectFrom (a base object) and
 // ObjectPatch.
-func (in *CaseInput) resolveBase(bases string) error {
+func (in *CaseInput) resolveBase(bases baseObjects) error {
 	if in.ObjectFrom == "" {
 		return nil
 	}
-	path := filepath.Join(bases, in.ObjectFrom+".yaml")
-	b, err := os.ReadFile(path)
+	base, err := bases.get(in.ObjectFrom)
 	if err != nil {
-		return fmt.Errorf("request.objectFrom: %w", err)
-	}
-	var base map[string]any
-	if err := yaml.UnmarshalStrict(b, &base); err != nil {
-		return fmt.Errorf("request.objectFrom: %s: %w", path, err)
+		return err
 	}
 	if in.ObjectPatch == nil {
 		in.Object = base
