@@ -127,11 +127,12 @@ func Status(ctx context.Context, c Clients, o Options, namespace, name string) (
 			p.OwnerChain = append(p.OwnerChain, Link{Kind: "Sandbox", Name: name, UID: st.UID})
 		}
 		errs, warnings := admit.ValidateCiliumOwner(ctx, &spec, lookup, nil, cnp)
+		var problems []string
 		for _, e := range errs {
-			p.Problems = append(p.Problems, "cilium-fence: "+e.Error())
+			problems = append(problems, e.Error())
 		}
-		for _, w := range warnings {
-			p.Problems = append(p.Problems, "cilium-fence: "+w)
+		for _, m := range append(problems, warnings...) {
+			p.Problems = append(p.Problems, "cilium-fence: "+m)
 		}
 		st.EgressPolicies = append(st.EgressPolicies, p)
 	}
