@@ -137,6 +137,10 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		return err
 	}
 	cfg := webhook.ConfigSource{Reader: mgr.GetCache(), Name: o.configName}
+	live, dropLive, err := webhook.NewLiveReader(restConfig, scheme, mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
 	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host:    o.bindAddress,
 		Port:    o.port,
@@ -152,7 +156,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	}
 	srv.Register(webhook.CiliumEgressPath, enforce(&webhook.CiliumHandler{
 		Config:        cfg,
-		Owners:        &webhook.CachedOwners{Cache: mgr.GetCache(), Live: mgr.GetAPIReader(), Metrics: m},
+		Owners:        &webhook.CachedOwners{Cache: mgr.GetCache(), Live: live, DropConnections: dropLive, Metrics: m},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
 	}, "cilium.io/v2", "CiliumNetworkPolicy"))

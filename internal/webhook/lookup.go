@@ -13,6 +13,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 )
@@ -25,8 +26,13 @@ import (
 type CachedOwners struct {
 	// Cache is the informer-backed reader (the manager's cache).
 	Cache client.Reader
-	// Live reads straight from the API server (the manager's APIReader).
+	// Live reads straight from the API server (NewLiveReader).
 	Live client.Reader
+	// DropConnections closes Live's connections to the API server, so that
+	// the next read dials a new one (NewLiveReader returns it). May be nil.
+	DropConnections func()
+	// AttemptTimeout bounds one live read; 0 means DefaultLiveAttemptTimeout.
+	AttemptTimeout time.Duration
 	// Metrics may be nil.
 	Metrics *Metrics
 }
@@ -78,13 +84,30 @@ const (
 	liveRetryMax   = 400 * time.Millisecond
 )
 
+// DefaultLiveAttemptTimeout bounds one live read of an owner. A GET of one
+// object answers in milliseconds; one that has not answered in a second is
+// stuck on a connection that will not answer (see liveGet), and waiting
+// longer only spends the lookup deadline (--lookup-timeout, 3 s).
+const DefaultLiveAttemptTimeout = time.Second
+
 // liveGet reads key from the API server, retrying while it cannot be
 // reached and the lookup deadline has time left. A webhook pod's path to
 // the API server can drop for about a second (on kind, after kube-apiserver
 // restarted, a rolling restart refused 21 of 2846 valid policy writes with
 // "dial tcp 10.96.0.1:443: connect: connection refused"); refusing a valid
 // write for that would make the host retry what the webhook can.
+//
+// A read can also hang: on kind, after the same restart, one pod's GETs to
+// 10.96.0.1 got no answer for the whole 3 s deadline, twice in a row, and
+// two valid writes were refused (RELIABILITY.md finding 8). Over HTTP/2 every
+// read shares one connection, so a retry on it would hang too. An attempt
+// therefore ends after AttemptTimeout, and one that timed out drops Live's
+// connections before the next, which dials afresh.
 func (l *CachedOwners) liveGet(ctx context.Context, k admit.OwnerKind, key types.NamespacedName) (*unstructured.Unstructured, error) {
+	attempt := l.AttemptTimeout
+	if attempt <= 0 {
+		attempt = DefaultLiveAttemptTimeout
+	}
 	var u *unstructured.Unstructured
 	var err error
 	// Until ends when the read gets an answer or the deadline passes; the
@@ -92,9 +115,21 @@ func (l *CachedOwners) liveGet(ctx context.Context, k admit.OwnerKind, key types
 	delays := wait.Backoff{Duration: liveRetryFirst, Factor: 2, Cap: liveRetryMax, Steps: math.MaxInt}.DelayFunc()
 	_ = delays.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
 		u = newOwnerObject(k)
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		defer cancel()
 		start := time.Now()
-		err = l.Live.Get(ctx, key, u)
+		err = l.Live.Get(actx, key, u)
 		l.Metrics.lookup(k.GVK.Kind, "live", lookupResult(err), time.Since(start))
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			// This attempt hung, the request has time left: start over on
+			// a new connection.
+			logf.FromContext(ctx).Info("live owner read got no answer; dropping the connections to the API server and retrying",
+				"kind", k.GVK.Kind, "namespace", key.Namespace, "name", key.Name, "after", time.Since(start).Round(time.Millisecond))
+			if l.DropConnections != nil {
+				l.DropConnections()
+			}
+			return false, nil
+		}
 		return err == nil || !unreachable(err), nil
 	})
 	return u, err
@@ -102,10 +137,12 @@ func (l *CachedOwners) liveGet(ctx context.Context, k admit.OwnerKind, key types
 
 // unreachable tells an API server that could not be reached, or asked to
 // be retried, from an answer (not found, forbidden, invalid), which a retry
-// would only repeat.
+// would only repeat. A connection DropConnections closed under a read in
+// flight ends it with "use of closed network connection" (an EOF) or
+// "http2: client connection lost".
 func unreachable(err error) bool {
 	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) ||
-		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
+		utilnet.IsHTTP2ConnectionLost(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
 }
 
 // ListOwners implements admit.OwnerLookup from the cache only: the
