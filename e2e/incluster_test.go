@@ -392,13 +392,106 @@ func restartWebhookRollout(t *testing.T) {
 
 func TestRollingRestartUnderLoadFailsNoAdmission(t *testing.T) {
 	requireInCluster(t)
+	logs := followWebhookLogs(t)
 	l := startLoad(t, 2, mustRefuseProbe(t, deniedByWebhook), fencedAdmitProbe(t))
 	l.waitMore(t, 10)
 	start := time.Now()
 	restartWebhookRollout(t)
 	t.Logf("rollout done and old pods gone in %s", time.Since(start).Round(100*time.Millisecond))
 	l.waitMore(t, 10)
+	defer logs.report(t, liveReadRetried)
 	l.report(t, "rolling restart", allStrict)
+}
+
+// liveReadRetried is what a webhook pod logs when a live owner read got no
+// answer within its attempt timeout and is retried on a new connection
+// (internal/webhook CachedOwners.liveGet; RELIABILITY.md finding 8).
+const liveReadRetried = "live owner read got no answer"
+
+// webhookLogs holds the logs of the webhook's pods during a case: those
+// running when it began are followed, since a rollout deletes them and
+// their logs with them, and those running at its end are read then.
+type webhookLogs struct {
+	mu   sync.Mutex
+	pods map[string]*bytes.Buffer
+}
+
+// logsUnread starts the line that stands in for a pod's logs that could not
+// be read, so that report shows it.
+const logsUnread = "e2e: the logs could not be read: "
+
+func followWebhookLogs(t *testing.T) *webhookLogs {
+	t.Helper()
+	w := &webhookLogs{pods: map[string]*bytes.Buffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, p := range webhookPods(t) {
+		buf := &bytes.Buffer{}
+		w.pods[p.Name] = buf
+		go func(name string) {
+			stream, err := env.Admin.Kube.CoreV1().Pods(webhookNS).GetLogs(name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+			if err != nil {
+				w.mu.Lock()
+				fmt.Fprintf(buf, "%s%v\n", logsUnread, err)
+				w.mu.Unlock()
+				return
+			}
+			defer stream.Close()
+			chunk := make([]byte, 32<<10)
+			for {
+				n, err := stream.Read(chunk)
+				w.mu.Lock()
+				buf.Write(chunk[:n])
+				w.mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}(p.Name)
+	}
+	return w
+}
+
+// report logs how many lines of the pods' logs contain marker, and the
+// first ones, with the pod that wrote them. Pods still running are read
+// now; the followed ones that are gone have ended their streams.
+func (w *webhookLogs) report(t *testing.T, marker string) {
+	t.Helper()
+	for _, p := range webhookPods(t) {
+		if _, followed := w.pods[p.Name]; followed {
+			continue
+		}
+		raw, err := env.Admin.Kube.CoreV1().Pods(webhookNS).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+		if err != nil {
+			raw = []byte(logsUnread + err.Error() + "\n")
+		}
+		w.mu.Lock()
+		w.pods[p.Name] = bytes.NewBuffer(raw)
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var found []string
+	names := make([]string, 0, len(w.pods))
+	for name := range w.pods {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, line := range strings.Split(w.pods[name].String(), "\n") {
+			if strings.Contains(line, marker) || strings.HasPrefix(line, logsUnread) {
+				found = append(found, name+": "+line)
+			}
+		}
+	}
+	t.Logf("webhook logs of %d pods: %d lines with %q", len(names), len(found), marker)
+	for i, line := range found {
+		if i == 5 {
+			t.Logf("  ... %d more", len(found)-i)
+			break
+		}
+		t.Logf("  %s", line)
+	}
 }
 
 func waitPodsGone(t *testing.T, names map[string]bool) {
