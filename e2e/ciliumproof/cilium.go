@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/cilium/cilium/pkg/defaults"
 	ciliumv2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
@@ -22,6 +23,12 @@ const ClusterName = defaults.ClusterName
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// initEntities does what the agent does once at start: the entity
+// "cluster" selects, besides the reserved identities, the pods of the
+// agent's own cluster (api.InitEntities with its cluster-name). Without it
+// fromEntities: [cluster] would select no pod.
+var initEntities = sync.OnceFunc(func() { api.InitEntities(ClusterName) })
+
 // Parsed is a body as the Cilium agent reads it: the rules of
 // CiliumNetworkPolicy.Parse (which runs Rule.Sanitize on each spec) and the
 // policy entries the agent hands its policy repository
@@ -37,6 +44,7 @@ type Parsed struct {
 // under the agent's default option.Config (enable-l7-proxy true, so DNS
 // rules are accepted).
 func Parse(body map[string]any) (*Parsed, error) {
+	initEntities()
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return nil, err

@@ -154,13 +154,13 @@ func TestChartDefaultsRenderConfigDefault(t *testing.T) {
 
 // Every switch, one value each, against the kustomization an admin would
 // write for it: webhook on/off, cert-controller or cert-manager, strict
-// delete on/off, each enforcement mode (its config/components/enforcement
+// delete on/off, the webhook's network policy on/off, each enforcement mode (its config/components/enforcement
 // component).
 func TestChartRendersTheKustomizeBundle(t *testing.T) {
 	ch := loadChart(t)
 	for _, c := range Combos() {
-		if c[0] == "off" && c[1] == "cert-manager" {
-			continue // the same rendering as cert-controller: no webhook
+		if c[0] == "off" && (c[1] == "cert-manager" || c[3] == "on") {
+			continue // the same rendering as cert-controller without the policy: no webhook
 		}
 		for _, m := range enforcement.Modes {
 			name := fmt.Sprintf("%v/%s", c, m)
@@ -179,9 +179,10 @@ func TestChartRendersTheKustomizeBundle(t *testing.T) {
 					}
 				}
 				vals := map[string]any{
-					"enforcement":  string(m),
-					"webhook":      map[string]any{"enabled": c[0] == "on", "certificates": c[1]},
-					"strictDelete": map[string]any{"enabled": c[2] == "on"},
+					"enforcement":   string(m),
+					"webhook":       map[string]any{"enabled": c[0] == "on", "certificates": c[1]},
+					"strictDelete":  map[string]any{"enabled": c[2] == "on"},
+					"networkPolicy": map[string]any{"enabled": c[3] == "on"},
 				}
 				compare(t, name, kobjs, helmTemplate(t, ch, vals))
 			})

@@ -2,7 +2,8 @@
 // the one source of truth (make chart; docs/install.md, "Install with
 // Helm"). It renders config/ with kustomize once for every combination of
 // the switches kustomize offers (webhook on/off, cert-controller or
-// cert-manager, strict delete on/off), gives each object the condition of
+// cert-manager, strict delete on/off, the webhook's network policy on/off),
+// gives each object the condition of
 // the combinations it appears in, and puts values where config/ has its
 // defaults: the namespace (rendered through config/transformers/namespace,
 // so every string that embeds it follows), the image, the replicas, the
@@ -75,6 +76,12 @@ var dims = []dim{
 		}
 		return "(not .Values.strictDelete.enabled)"
 	}},
+	{"networkPolicy", []string{"off", "on"}, func(v string) string {
+		if v == "on" {
+			return ".Values.networkPolicy.enabled"
+		}
+		return "(not .Values.networkPolicy.enabled)"
+	}},
 }
 
 // Combo is one value of every dim, in dims' order.
@@ -97,6 +104,9 @@ func Kustomization(c Combo, namespace string, images []map[string]string, compon
 	}
 	if c[2] == "on" {
 		components = append([]string{"config/vap/components/strict-delete"}, components...)
+	}
+	if c[0] == "on" && c[3] == "on" {
+		components = append(components, "config/components/network-policy")
 	}
 	if len(components) > 0 {
 		k["components"] = components
@@ -379,6 +389,13 @@ webhook:
 # Strict delete (contract §8.4): binds sandbox-fence-strict-delete and sets
 # the FenceConfig's spec.strictDelete.
 strictDelete:
+  enabled: false
+
+# The webhook pods' CiliumNetworkPolicy (config/components/network-policy;
+# docs/webhook.md, Network policy): only the API server reaches the
+# admission port, the cluster the metrics port, the host the probes. Needs
+# Cilium, as the fence does.
+networkPolicy:
   enabled: false
 
 # The FenceConfig spec: hosts, break-glass identities, ... (docs/install.md,
