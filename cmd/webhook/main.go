@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -86,6 +87,24 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		return fmt.Errorf("no Kubernetes client configuration (--kubeconfig, or in-cluster): %w", err)
 	}
 
+	recorder, stopEvents, err := eventRecorder(restConfig, scheme)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	// Missing CRDs keep the webhook alive and not ready, saying which,
+	// instead of a crash loop (docs/install.md, Prerequisites).
+	disc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	if err := waitForPrerequisites(ctx, disc, o.probeAddr, podReference(o.namespace), recorder, log); err != nil {
+		if ctx.Err() != nil {
+			return nil // asked to stop while waiting
+		}
+		return err
+	}
+
 	claim, sandbox := ownerObject(admit.ClaimOwner), ownerObject(admit.SandboxOwner)
 	mode, _ := enforcement.Parse(o.enforcement) // validated with the flags
 	mgr, err := ctrl.NewManager(restConfig, manager.Options{
@@ -127,11 +146,6 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 
 	m := webhook.NewMetrics(metrics.Registry)
 	m.SetMode(mode)
-	recorder, stopEvents, err := eventRecorder(restConfig, scheme)
-	if err != nil {
-		return err
-	}
-	defer stopEvents()
 	metricsSrv, err := metricsServer(o, restConfig, mgr.GetHTTPClient())
 	if err != nil {
 		return err
@@ -228,6 +242,16 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		"certDir", o.certDir, "certRotation", o.certRotation, "tlsMinVersion", o.tlsMinVersion, "lookupTimeout", o.lookupTimeout.String(),
 		"enforcement", mode, "metricsBindAddress", o.metricsAddr, "metricsSecure", o.metricsSecure)
 	return mgr.Start(ctx)
+}
+
+// podReference is this pod, for Events about the webhook itself, from the
+// downward API's POD_NAME; nil when not run as a pod.
+func podReference(namespace string) *corev1.ObjectReference {
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		return nil
+	}
+	return &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name}
 }
 
 func cacheSynced(c cache.Cache) healthz.Checker {
