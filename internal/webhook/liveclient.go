@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,5 +31,23 @@ func NewLiveReader(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMap
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the client for live owner reads: %w", err)
 	}
-	return c, dialer.CloseAll, nil
+	return c, dropAtMostEvery(DefaultLiveAttemptTimeout/4, dialer.CloseAll), nil
+}
+
+// dropAtMostEvery calls closeAll unless it ran less than interval ago.
+// Requests hung on one dead connection time out together; the first drop
+// closes that connection (and every other open one), so the others' drops
+// would only close the fresh connections the first one's retry just made.
+// A request whose attempt timed out started at least an attempt timeout
+// ago, so a drop within the last interval has closed its connection too.
+func dropAtMostEvery(interval time.Duration, closeAll func()) func() {
+	var last atomic.Int64 // UnixNano of the last drop
+	return func() {
+		now := time.Now().UnixNano()
+		prev := last.Load()
+		if now-prev < int64(interval) || !last.CompareAndSwap(prev, now) {
+			return
+		}
+		closeAll()
+	}
 }
