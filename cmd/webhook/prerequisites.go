@@ -89,7 +89,7 @@ func waitForPrerequisites(ctx context.Context, d discovery.DiscoveryInterface, p
 		if err != nil {
 			msg = err.Error()
 		} else {
-			msg = "the API server does not serve " + strings.Join(missing, ", ") + ": install it; the webhook starts once it is served"
+			msg = "the API server does not serve " + strings.Join(missing, ", ") + ": install what is missing; the webhook starts once every kind is served"
 		}
 		if old := status.Swap(&msg); old == nil || *old != msg {
 			log.Info("waiting for prerequisites", "reason", msg)
