@@ -403,10 +403,11 @@ func TestRollingRestartUnderLoadFailsNoAdmission(t *testing.T) {
 	l.report(t, "rolling restart", allStrict)
 }
 
-// liveReadRetried is what a webhook pod logs when a live owner read got no
-// answer within its attempt timeout and is retried on a new connection
-// (internal/webhook CachedOwners.liveGet; RELIABILITY.md finding 8).
-const liveReadRetried = "live owner read got no answer"
+// liveReadRetried starts what a webhook pod logs when a live owner read got
+// no answer within its attempt timeout and is retried on a new connection,
+// and how a retried read ended (internal/webhook CachedOwners.liveGet;
+// RELIABILITY.md finding 8).
+const liveReadRetried = "live owner read "
 
 // webhookLogs holds the logs of the webhook's pods during a case: those
 // running when it began are followed, since a rollout deletes them and

@@ -110,10 +110,19 @@ func (l *CachedOwners) liveGet(ctx context.Context, k admit.OwnerKind, key types
 	}
 	var u *unstructured.Unstructured
 	var err error
+	attempts, begin := 0, time.Now()
 	// Until ends when the read gets an answer or the deadline passes; the
 	// caller words the last error (withCtxErr says it timed out).
 	delays := wait.Backoff{Duration: liveRetryFirst, Factor: 2, Cap: liveRetryMax, Steps: math.MaxInt}.DelayFunc()
+	defer func() {
+		// Whether the retries saved the write, for RELIABILITY.md finding 8.
+		if attempts > 1 {
+			logf.FromContext(ctx).Info("live owner read retried", "kind", k.GVK.Kind, "namespace", key.Namespace, "name", key.Name,
+				"attempts", attempts, "result", lookupResult(err), "after", time.Since(begin).Round(time.Millisecond))
+		}
+	}()
 	_ = delays.Until(ctx, true, true, func(ctx context.Context) (bool, error) {
+		attempts++
 		u = newOwnerObject(k)
 		actx, cancel := context.WithTimeout(ctx, attempt)
 		defer cancel()
