@@ -122,20 +122,13 @@ func TestTheWebhookStartsWithoutItsCRDsAndSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubectl, err := framework.Kubectl(root)
+	admin, err := framework.NewIdentity(framework.ContextAdmin, "admin", []string{"system:masters"}, cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, crd := range crds {
-		raw, err := crd.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		apply := exec.CommandContext(ctx, kubectl, "--kubeconfig="+cp.AdminKubeconfig(), "apply", "--server-side", "-f", "-")
-		apply.Stdin = strings.NewReader(string(raw))
-		if out, err := apply.CombinedOutput(); err != nil {
-			t.Fatalf("applying the CRD %s: %v\n%s", crd.GetName(), err, out)
-		}
+	fresh := &framework.Env{Provider: "prerequisites", Admin: admin}
+	if err := fresh.InstallCRDs(ctx, crds); err != nil {
+		t.Fatal(err)
 	}
 	start := time.Now()
 	waitProbe(http.StatusOK, 2*time.Minute)
