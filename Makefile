@@ -273,8 +273,16 @@ test-chart: testreport tools ## The Helm chart against config/: generated, same 
 kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER).
 	kind load image-archive $(IMAGE_TAR) --name $(KIND_CLUSTER)
 
+# bin/helm: Helm's own CLI, compiled from the helm.sh/helm/v3 version
+# hack/chart pins (no binary is downloaded); the lifecycle case installs,
+# upgrades and uninstalls the release's chart with it.
+.PHONY: helm
+helm: ## Build Helm's CLI from the Go module proxy (the version hack/chart/go.mod pins) into bin/helm.
+	@mkdir -p $(BIN)
+	$(GO) -C hack/chart build -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
+
 .PHONY: e2e-kind
-e2e-kind: tools image testreport upstream-crds ## kind cluster from kind.yaml (3 nodes), config/default deployed, the suite with the in-cluster cases; starts its own engine when none answers (docs/e2e.md).
+e2e-kind: tools image helm testreport upstream-crds ## kind cluster from kind.yaml (3 nodes), config/default deployed, the suite with the in-cluster cases; starts its own engine when none answers (docs/e2e.md).
 	E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) E2E_TIMEOUT=$(KIND_E2E_TIMEOUT) hack/kind/e2e.sh
 
 .PHONY: kind-node-image

@@ -91,6 +91,15 @@ type Env struct {
 	// returns once the webhook runs with the component's flag; nil when the
 	// provider cannot (then the mode cases skip with that reason).
 	SetEnforcement func(ctx context.Context, mode string) error
+	// InstallBundle installs the bundle again as the provider did at setup,
+	// hosts bound, after a case removed it (the lifecycle case); nil when
+	// the provider cannot (kind can).
+	InstallBundle func(ctx context.Context) error
+	// MirrorRegistry makes every node pull images named host/... from a
+	// plain-HTTP registry the suite serves on port of the machine it runs
+	// on; nil when the provider cannot (kind can: a node reaches its host
+	// at its default gateway).
+	MirrorRegistry func(ctx context.Context, host string, port int) error
 	// ConversionServed is true when v1alpha1 Sandbox requests work (a CRD
 	// with strategy None, or a conversion webhook present).
 	ConversionServed bool

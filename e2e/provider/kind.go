@@ -293,40 +293,57 @@ func (k *Kind) deploy(ctx context.Context) (*framework.Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	bundle, err := framework.RenderBundle(ctx, filepath.Join(k.BinDir, "kubectl"), k.RepoRoot, k.Logf)
-	if err != nil {
-		return nil, err
-	}
-	bundleCRDs, vwcs, objs := bundle.Split()
-	if err := env.InstallCRDs(ctx, append(crds, bundleCRDs...)); err != nil {
+	if err := env.InstallCRDs(ctx, crds); err != nil {
 		return nil, err
 	}
 	if err := env.SetupIdentities(ctx, framework.Impersonating(cfg)); err != nil {
 		return nil, err
 	}
-	// Everything at once, as `kubectl apply -k config/default` would: the
-	// webhook's certificate rotation injects the CA into the webhook
-	// configuration, so that configuration must exist while it starts.
-	if err := env.Apply(ctx, append(objs, vwcs...), framework.ApplyOptions{}); err != nil {
+	if err := k.installBundle(ctx); err != nil {
 		return nil, err
 	}
-	if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
-		return nil, err
-	}
-	if len(vwcs) > 0 {
-		if err := framework.WaitWebhookRolledOut(ctx, env, 5*time.Minute); err != nil {
-			return nil, err
-		}
-		env.WebhookProcess = &deploymentScaler{env: env}
-		env.WebhookMetrics = kindMetrics{env: env}
-		env.SetEnforcement = k.setEnforcement
-	}
+	env.InstallBundle = k.installBundle
+	env.MirrorRegistry = k.mirrorRegistry
 	env.APIServerProcess = &kindAPIServer{k: k}
 	env.Nodes = &kindNodes{k: k}
 	if err := finishEnv(ctx, env, k.Logf); err != nil {
 		return nil, err
 	}
 	return env, nil
+}
+
+// installBundle installs what `kubectl apply -k config/default` installs
+// (docs/install.md) with the suite's hosts bound, and waits for the webhook
+// when the bundle has one: at setup, and again after a case removed the
+// bundle (Env.InstallBundle).
+func (k *Kind) installBundle(ctx context.Context) error {
+	env := k.env
+	bundle, err := framework.RenderBundle(ctx, filepath.Join(k.BinDir, "kubectl"), k.RepoRoot, k.Logf)
+	if err != nil {
+		return err
+	}
+	bundleCRDs, vwcs, objs := bundle.Split()
+	if err := env.InstallCRDs(ctx, bundleCRDs); err != nil {
+		return err
+	}
+	// Everything at once, as `kubectl apply -k config/default` would: the
+	// webhook's certificate rotation injects the CA into the webhook
+	// configuration, so that configuration must exist while it starts.
+	if err := env.Apply(ctx, append(objs, vwcs...), framework.ApplyOptions{}); err != nil {
+		return err
+	}
+	if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
+		return err
+	}
+	if len(vwcs) > 0 {
+		if err := framework.WaitWebhookRolledOut(ctx, env, 5*time.Minute); err != nil {
+			return err
+		}
+		env.WebhookProcess = &deploymentScaler{env: env}
+		env.WebhookMetrics = kindMetrics{env: env}
+		env.SetEnforcement = k.setEnforcement
+	}
+	return nil
 }
 
 // Teardown implements Provider: logs on failure (kind export logs into

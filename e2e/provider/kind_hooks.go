@@ -317,3 +317,42 @@ func (a *kindAPIServer) Restart(ctx context.Context) error {
 	a.k.Logf("kind: kube-apiserver static pod restarted on %s in %s", n.String(), time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
+
+// mirrorRegistry makes every node resolve images named host/... at a plain
+// HTTP registry on port of the machine running the suite: containerd's
+// hosts.toml for host (kind.yaml points containerd at /etc/containerd/
+// certs.d), whose server is the node's default gateway, the address a kind
+// node reaches its host by. containerd reads the file on each pull, so no
+// restart is needed.
+func (k *Kind) mirrorRegistry(ctx context.Context, host string, port int) error {
+	ns, err := k.api.Nodes(k.ClusterName)
+	if err != nil {
+		return err
+	}
+	if len(ns) == 0 {
+		return fmt.Errorf("cluster %s has no nodes", k.ClusterName)
+	}
+	for _, n := range ns {
+		var route bytes.Buffer
+		cmd := n.CommandContext(ctx, "ip", "-4", "route", "show", "default")
+		cmd.SetStdout(&route)
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("reading node %s's default route: %w", n.String(), err)
+		}
+		f := strings.Fields(route.String())
+		i := slices.Index(f, "via")
+		if i < 0 || i+1 >= len(f) {
+			return fmt.Errorf("node %s has no default gateway (ip route: %q)", n.String(), route.String())
+		}
+		server := fmt.Sprintf("http://%s:%d", f[i+1], port)
+		toml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", server, server)
+		dir := "/etc/containerd/certs.d/" + host
+		cmd = n.CommandContext(ctx, "sh", "-c", `mkdir -p "$1" && cat >"$1/hosts.toml"`, "sh", dir)
+		cmd.SetStdin(strings.NewReader(toml))
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("writing %s/hosts.toml on node %s: %w", dir, n.String(), err)
+		}
+		k.Logf("kind: node %s pulls %s/... from %s", n.String(), host, server)
+	}
+	return nil
+}

@@ -11,6 +11,12 @@ require (
 )
 
 require (
+	github.com/Masterminds/vcs v1.13.3 // indirect
+	github.com/cpuguy83/go-md2man/v2 v2.0.6 // indirect
+	github.com/gofrs/flock v0.13.0 // indirect
+)
+
+require (
 	dario.cat/mergo v1.0.1 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect
 	github.com/BurntSushi/toml v1.6.0 // indirect
@@ -121,3 +127,5 @@ require (
 )
 
 replace github.com/sandbox-fence/sandbox-fence => ../..
+
+tool helm.sh/helm/v3/cmd/helm

@@ -1,0 +1,183 @@
+package framework
+
+// A release as an admin receives it (docs/install.md, "Install from a
+// release"): what `make release` writes, its image index pushed to a
+// registry the cluster pulls from, and what of its objects a cluster still
+// holds after an uninstall.
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Release is one directory `make release` wrote (hack/release).
+type Release struct {
+	Version string
+	Dir     string
+	// Image is the webhook image install.yaml names: repository@digest.
+	Image string
+}
+
+// InstallYAML is the path of the release's install.yaml.
+func (r *Release) InstallYAML() string { return filepath.Join(r.Dir, "install.yaml") }
+
+// Chart is the path of the release's Helm chart package.
+func (r *Release) Chart() string {
+	return filepath.Join(r.Dir, "sandbox-fence-"+strings.TrimPrefix(r.Version, "v")+".tgz")
+}
+
+// Objects are the objects install.yaml creates, in its order.
+func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
+	return ReadYAMLFile(r.InstallYAML())
+}
+
+// BuildRelease runs hack/release as `make release VERSION=version
+// RELEASE_IMAGE=imageRepo` does, into out.
+func BuildRelease(ctx context.Context, repoRoot, version, imageRepo, out string, logf Logf) (*Release, error) {
+	cmd := exec.CommandContext(ctx, "go", "-C", filepath.Join(repoRoot, "hack"), "run", "./release",
+		"-root", repoRoot, "-version", version, "-image", imageRepo, "-out", out)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("make release VERSION=%s (hack/release): %w\n%s", version, err, b)
+	}
+	logf("release %s built into %s", version, out)
+	r := &Release{Version: version, Dir: out}
+	objs, err := r.Objects()
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range cs {
+			if img, _ := c.(map[string]any)["image"].(string); strings.HasPrefix(img, imageRepo+"@sha256:") {
+				r.Image = img
+			}
+		}
+	}
+	if r.Image == "" {
+		return nil, fmt.Errorf("release %s: install.yaml has no Deployment whose image is %s@sha256:...", version, imageRepo)
+	}
+	return r, nil
+}
+
+// Registry is an OCI registry served over plain HTTP on every interface of
+// this machine (go-containerregistry's in-memory one), for the cluster's
+// nodes to pull from.
+type Registry struct {
+	Port int
+	srv  *http.Server
+}
+
+// StartRegistry serves a registry on a free port until Stop.
+func StartRegistry() (*Registry, error) {
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{Port: ln.Addr().(*net.TCPAddr).Port}
+	r.srv = &http.Server{Handler: registry.New(registry.Logger(log.New(discardWriter{}, "", 0)))}
+	go func() { _ = r.srv.Serve(ln) }()
+	return r, nil
+}
+
+// Stop ends the server.
+func (r *Registry) Stop() { _ = r.srv.Close() }
+
+type discardWriter struct{}
+
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// Push publishes the release's image index (webhook-image.oci.tar) as
+// repository:version, the way .github/workflows/release.yml's `crane push
+// --index` does, and checks that the digest pushed is the one install.yaml
+// pins. repository is the release's image repository with its host
+// replaced by this registry.
+func (r *Registry) Push(ctx context.Context, rel *Release, repository string) error {
+	dir, err := os.MkdirTemp("", "sandbox-fence-oci-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if b, err := exec.CommandContext(ctx, "tar", "-xf", filepath.Join(rel.Dir, "webhook-image.oci.tar"), "-C", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("unpacking %s's webhook-image.oci.tar: %w\n%s", rel.Version, err, b)
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return err
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		return err
+	}
+	d, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	if want := rel.Image[strings.Index(rel.Image, "@")+1:]; d.String() != want {
+		return fmt.Errorf("release %s: webhook-image.oci.tar's index is %s, install.yaml pins %s", rel.Version, d, want)
+	}
+	ref, err := name.ParseReference(fmt.Sprintf("127.0.0.1:%d/%s:%s", r.Port, repository, rel.Version), name.Insecure)
+	if err != nil {
+		return err
+	}
+	if err := remote.WriteIndex(ref, idx, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("pushing %s's index to %s: %w", rel.Version, ref, err)
+	}
+	return nil
+}
+
+// Leftovers names every object of objs that the cluster still has: after an
+// uninstall, nothing. Objects of a kind the cluster no longer serves (their
+// CRD is gone) are gone.
+func (e *Env) Leftovers(ctx context.Context, objs []*unstructured.Unstructured) ([]string, error) {
+	mapper, err := e.Mapper()
+	if err != nil {
+		return nil, err
+	}
+	mapper.Reset()
+	var left []string
+	for _, o := range objs {
+		ri, err := ResourceFor(mapper, e.Admin.Dynamic, o)
+		if err != nil {
+			if meta.IsNoMatchError(err) {
+				continue
+			}
+			return nil, err
+		}
+		switch _, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{}); {
+		case err == nil:
+			left = append(left, describe(o))
+		case apierrors.IsNotFound(err):
+		default:
+			return nil, fmt.Errorf("reading %s: %w", describe(o), err)
+		}
+	}
+	return left, nil
+}
+
+func describe(o *unstructured.Unstructured) string {
+	if ns := o.GetNamespace(); ns != "" {
+		return fmt.Sprintf("%s %s/%s", o.GetKind(), ns, o.GetName())
+	}
+	return o.GetKind() + " " + o.GetName()
+}

@@ -1,0 +1,425 @@
+//go:build e2e
+
+package e2e
+
+// The lifecycle of an install, as an admin lives it: remove the suite's
+// install, install a release from its install.yaml, upgrade it to a release
+// whose policy changed, uninstall it; then the same with the release's
+// Helm chart. Every step runs the commands docs/install.md gives, with
+// bin/kubectl and bin/helm, and writes by users the fence is not about are
+// sent throughout and must never be refused. The releases are built by
+// hack/release (make release) and their image indexes pulled by the nodes
+// from a registry this case serves, by the digest install.yaml pins.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+)
+
+const (
+	// releaseRegistry is the registry the releases' install.yaml pins the
+	// image under; every node resolves it to the registry this case serves
+	// (Env.MirrorRegistry). .invalid: it can never be a real one.
+	releaseRegistry = "registry.e2e.invalid"
+	releaseRepo     = "sandbox-fence/sandbox-fence-webhook"
+	// refusedFromV2 is the upgrade's policy change: v0.1.1's holder-epoch
+	// policy refuses a Sandbox carrying this annotation, v0.1.0's admits it.
+	refusedFromV2 = "e2e.sandbox.namzu.ai/refused-from-v0.1.1"
+)
+
+// The commands of docs/install.md this case runs; TestTheLifecycleCommandsAreTheDocumented
+// keeps them in the document. RELEASE is the release's install.yaml.
+var (
+	installFromRelease = [][]string{
+		{"kubectl", "apply", "--server-side", "-f", "install.yaml", "||", "true"},
+		{"kubectl", "wait", "--for=condition=Established", "crd/fenceconfigs.fence.sandbox.namzu.ai"},
+		{"kubectl", "apply", "--server-side", "-f", "install.yaml"},
+	}
+	upgradeRelease = [][]string{
+		{"kubectl", "apply", "--server-side", "-f", "install.yaml"},
+	}
+	// uninstallFirst: steps 1 and 2 of Uninstall, the same for every install.
+	uninstallFirst = [][]string{
+		{"kubectl", "delete", "validatingwebhookconfiguration", "sandbox-fence-webhook"},
+		{"kubectl", "delete", "validatingadmissionpolicybinding", "-l", "app.kubernetes.io/name=sandbox-fence"},
+		{"kubectl", "delete", "validatingadmissionpolicy", "-l", "app.kubernetes.io/name=sandbox-fence"},
+	}
+	uninstallRest = [][]string{
+		{"kubectl", "delete", "-f", "install.yaml", "--ignore-not-found"},
+		{"kubectl", "delete", "crd", "fenceconfigs.fence.sandbox.namzu.ai", "--ignore-not-found"},
+	}
+	uninstallChart = [][]string{
+		{"helm", "uninstall", "sandbox-fence", "--wait"},
+		{"kubectl", "delete", "crd", "fenceconfigs.fence.sandbox.namzu.ai", "--ignore-not-found"},
+	}
+)
+
+// lifecycle runs docs/install.md's commands against the suite's cluster.
+type lifecycle struct {
+	t          *testing.T
+	kubeconfig string
+	bin        string
+	root       string
+}
+
+// run runs each command; "install.yaml" stands for file, and a command
+// ending in "|| true" may fail (its output is logged).
+func (l *lifecycle) run(ctx context.Context, file string, cmds [][]string, extra ...string) {
+	l.t.Helper()
+	for _, c := range cmds {
+		args := append([]string(nil), c[1:]...)
+		mayFail := len(args) >= 2 && args[len(args)-2] == "||"
+		if mayFail {
+			args = args[:len(args)-2]
+		}
+		for i, a := range args {
+			if a == "install.yaml" {
+				args[i] = file
+			}
+		}
+		if c[0] == "helm" {
+			args = append(args, extra...)
+		}
+		args = append(args, "--kubeconfig", l.kubeconfig)
+		cmd := exec.CommandContext(ctx, filepath.Join(l.bin, c[0]), args...)
+		cmd.Dir = l.root
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		l.t.Logf("$ %s (%s)\n%s", strings.Join(c, " "), time.Since(start).Round(100*time.Millisecond), bytes.TrimSpace(out))
+		if err != nil && !mayFail {
+			l.t.Fatalf("%s: %v", strings.Join(c, " "), err)
+		}
+	}
+}
+
+// gone waits until the cluster holds none of objs.
+func (l *lifecycle) gone(ctx context.Context, what string, objs []*unstructured.Unstructured) {
+	l.t.Helper()
+	err := framework.Eventually(ctx, 3*time.Minute, time.Second, what+": nothing of the install left", func(ctx context.Context) (bool, string, error) {
+		left, err := env.Leftovers(ctx, objs)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return len(left) == 0, fmt.Sprintf("left: %v", left), nil
+	})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Logf("%s: none of its %d objects left", what, len(objs))
+}
+
+// ready configures the hosts (unless the install did), waits for the
+// webhook's rollout and for every enforcer's marker, and checks that the
+// webhook runs image.
+func (l *lifecycle) ready(ctx context.Context, image string, configure bool) {
+	l.t.Helper()
+	if configure {
+		if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := framework.WaitWebhookRolledOut(ctx, env, 5*time.Minute); err != nil {
+		l.t.Fatalf("%v\n%s", err, framework.WebhookPodReport(ctx, env))
+	}
+	if err := env.WaitForEnforcement(ctx, l.t.Logf); err != nil {
+		l.t.Fatal(err)
+	}
+	for _, p := range webhookPods(l.t) {
+		for _, c := range p.Spec.Containers {
+			if c.Image != image {
+				l.t.Errorf("webhook pod %s runs %s, want %s", p.Name, c.Image, image)
+			}
+		}
+	}
+	l.t.Logf("webhook %s rolled out and every enforcer's marker denied in %s", image, time.Since(start).Round(100*time.Millisecond))
+}
+
+// holdersSurvive checks that the FenceConfig still binds the suite's hosts:
+// an upgrade keeps the admin's configuration.
+func (l *lifecycle) holdersSurvive(ctx context.Context) {
+	l.t.Helper()
+	u, err := env.Admin.Dynamic.Resource(fencev1.GroupVersion.WithResource("fenceconfigs")).Get(ctx, fencev1.DefaultConfigName, metav1.GetOptions{})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	var got fencev1.FenceConfig
+	b, _ := json.Marshal(u.Object)
+	if err := json.Unmarshal(b, &got); err != nil {
+		l.t.Fatal(err)
+	}
+	if d := cmp.Diff(env.FenceConfigSpec().Hosts, got.Spec.Hosts); d != "" {
+		l.t.Errorf("the upgrade changed the FenceConfig's hosts (-configured +after):\n%s", d)
+	}
+}
+
+func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
+	requireInCluster(t)
+	if env.InstallBundle == nil || env.MirrorRegistry == nil {
+		t.Skipf("the %s provider cannot reinstall the bundle or point its nodes at a registry: lifecycle case not run (it runs with E2E_PROVIDER=kind)", env.Provider)
+	}
+	// Longer than testContext's 3 minutes: two releases, three installs
+	// and three uninstalls, each waiting for its pods or its namespace.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	t.Cleanup(cancel)
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lifecycle{t: t, root: root, bin: filepath.Join(root, "bin"), kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
+	if _, err := os.Stat(filepath.Join(l.bin, "helm")); err != nil {
+		t.Fatalf("bin/helm: %v (make helm builds it from the Go module proxy; make e2e-kind does)", err)
+	}
+	if err := cluster.WriteKubeconfig(l.kubeconfig, map[string]*rest.Config{framework.ContextAdmin: env.Admin.Config}, framework.ContextAdmin); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two releases, v0.1.1's holder-epoch policy refusing one write more.
+	dir := t.TempDir()
+	var rels []*framework.Release
+	for _, v := range []string{"v0.1.0", "v0.1.1"} {
+		r, err := framework.BuildRelease(ctx, root, v, releaseRegistry+"/"+releaseRepo, filepath.Join(dir, v), t.Logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rels = append(rels, r)
+	}
+	v1, v2 := rels[0], rels[1]
+	if v1.Image == v2.Image {
+		t.Fatalf("v0.1.0 and v0.1.1 pin the same image %s: the upgrade would not roll the webhook", v1.Image)
+	}
+	changeHolderEpochPolicy(t, v2)
+	reg, err := framework.StartRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	for _, r := range rels {
+		if err := reg.Push(ctx, r, releaseRepo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := env.MirrorRegistry(ctx, releaseRegistry, reg.Port); err != nil {
+		t.Fatal(err)
+	}
+
+	shipped, err := framework.RenderBundle(ctx, filepath.Join(l.bin, "kubectl"), root, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whatever happens below, the suite's install is back afterwards.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		// A namespace still terminating refuses new content.
+		err := framework.Eventually(ctx, 3*time.Minute, time.Second, "namespace "+framework.WebhookNamespace+" gone or live", func(ctx context.Context) (bool, string, error) {
+			ns, err := env.Admin.Kube.CoreV1().Namespaces().Get(ctx, framework.WebhookNamespace, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return true, "", nil
+			case err != nil:
+				return false, err.Error(), nil
+			}
+			return ns.DeletionTimestamp == nil, "terminating", nil
+		})
+		if err != nil {
+			t.Errorf("reinstalling the suite's bundle: %v", err)
+			return
+		}
+		if err := env.InstallBundle(ctx); err != nil {
+			t.Errorf("reinstalling the suite's bundle: %v", err)
+			return
+		}
+		if err := env.WaitForEnforcement(ctx, t.Logf); err != nil {
+			t.Errorf("the suite's bundle reinstalled, enforcement: %v", err)
+		}
+	})
+
+	unrelated := startLoad(t, 1, append(unrelatedProbes(t), unrelatedPolicyProbe(t))...)
+	unrelated.waitMore(t, 5)
+
+	t.Log("uninstall the suite's install (docs/install.md, Uninstall)")
+	l.run(ctx, "", uninstallFirst)
+	l.run(ctx, "", [][]string{{"kubectl", "delete", "-k", "config/default", "--ignore-not-found"}})
+	l.run(ctx, "", uninstallRest[1:])
+	l.gone(ctx, "config/default", shipped.Objects)
+
+	t.Log("install v0.1.0 from its install.yaml (docs/install.md, Install from a release)")
+	l.run(ctx, v1.InstallYAML(), installFromRelease)
+	l.ready(ctx, v1.Image, true)
+	upgraded := upgradeMarker()
+	if err := dryRunCreate(upgraded.As, upgraded.Obj)(ctx); err != nil {
+		t.Fatalf("v0.1.0 refuses the write only v0.1.1 refuses: %v", err)
+	}
+
+	t.Log("upgrade to v0.1.1, whose holder-epoch policy changed (docs/install.md, Upgrade)")
+	fenced := startLoad(t, 1, mustRefuseProbe(t, refused), fencedAdmitProbe(t))
+	fenced.waitMore(t, 5)
+	l.run(ctx, v2.InstallYAML(), upgradeRelease)
+	if err := env.WaitDenied(ctx, upgraded, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	l.ready(ctx, v2.Image, false)
+	fenced.waitMore(t, 5)
+	// The fence never opens while it upgrades: a write it refuses is refused
+	// throughout. The valid host write's figures are reported, not
+	// asserted (the rolling-restart case asserts them).
+	fenced.report(t, "upgrade v0.1.0 to v0.1.1", func(p probe) bool { return p.want == refused })
+	l.holdersSurvive(ctx)
+
+	t.Log("uninstall v0.1.1 (docs/install.md, Uninstall)")
+	v2objs, err := v2.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.run(ctx, v2.InstallYAML(), append(append([][]string{}, uninstallFirst...), uninstallRest...))
+	l.gone(ctx, "v0.1.1's install.yaml", v2objs)
+
+	t.Log("install v0.1.0's chart, upgrade to v0.1.1's, uninstall (docs/install.md, Install with Helm)")
+	values := filepath.Join(dir, "values.yaml")
+	writeValues(t, values)
+	l.run(ctx, "", [][]string{{"helm", "install", "sandbox-fence", v1.Chart()}}, "--values", values, "--wait")
+	l.ready(ctx, v1.Image, false)
+	l.run(ctx, "", [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart()}}, "--values", values, "--wait")
+	l.ready(ctx, v2.Image, false)
+	chartObjs := helmManifest(ctx, l)
+	l.run(ctx, "", uninstallFirst)
+	l.run(ctx, "", uninstallChart)
+	l.gone(ctx, "the chart", chartObjs)
+
+	unrelated.waitMore(t, 5)
+	unrelated.report(t, "install, upgrade, uninstall", allStrict)
+}
+
+// unrelatedPolicyProbe: an admin's CiliumNetworkPolicy in an opted-in
+// namespace, a name no host writes: neither the egress policy (it binds
+// hosts) nor the webhook (it sees ServiceAccounts) is about it.
+func unrelatedPolicyProbe(t *testing.T) probe {
+	pol, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, "admin-owned", "00000000-0000-0000-0000-000000000001", []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.SetName(name("admin-egress"))
+	return probe{name: "unrelated write (CiliumNetworkPolicy, admin)", want: admitted, send: dryRunCreate(env.Admin, pol)}
+}
+
+// upgradeMarker: the host's Sandbox carrying refusedFromV2, denied once
+// v0.1.1's policy is enforced.
+func upgradeMarker() framework.Marker {
+	return framework.Marker{
+		Name: "v0.1.1's holder-epoch policy",
+		As:   env.Host,
+		Obj:  framework.MakeSandbox(env.HostNamespace, name("upgrade")).Annotation(fence.AnnotationHolderEpoch, "1").Annotation(refusedFromV2, "x").Obj(),
+		Want: "refused from v0.1.1 on",
+	}
+}
+
+// changeHolderEpochPolicy gives the release's holder-epoch policy one more
+// validation, as a release that tightens a rule would.
+func changeHolderEpochPolicy(t *testing.T, r *framework.Release) {
+	t.Helper()
+	objs, err := r.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	changed := false
+	for _, o := range objs {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && o.GetName() == framework.PolicyHolderEpoch {
+			vs, _, _ := unstructured.NestedSlice(o.Object, "spec", "validations")
+			vs = append(vs, map[string]any{
+				"expression": fmt.Sprintf("!has(object.metadata.annotations) || !(%q in object.metadata.annotations)", refusedFromV2),
+				"message":    "refused from v0.1.1 on (the lifecycle case's policy change)",
+			})
+			if err := unstructured.SetNestedSlice(o.Object, vs, "spec", "validations"); err != nil {
+				t.Fatal(err)
+			}
+			changed = true
+		}
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.WriteString("---\n")
+		out.Write(b)
+	}
+	if !changed {
+		t.Fatalf("release %s has no ValidatingAdmissionPolicy %s", r.Version, framework.PolicyHolderEpoch)
+	}
+	if err := os.WriteFile(r.InstallYAML(), out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeValues writes the chart's values that bind the suite's hosts
+// (fenceConfig: the FenceConfig's spec).
+func writeValues(t *testing.T, path string) {
+	t.Helper()
+	spec := env.FenceConfigSpec()
+	b, err := yaml.Marshal(map[string]any{"fenceConfig": spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// helmManifest is what the chart's release installed (helm get manifest)
+// and its CRD (crds/, which the manifest does not list).
+func helmManifest(ctx context.Context, l *lifecycle) []*unstructured.Unstructured {
+	l.t.Helper()
+	out, err := exec.CommandContext(ctx, filepath.Join(l.bin, "helm"), "get", "manifest", "sandbox-fence", "--kubeconfig", l.kubeconfig).Output()
+	if err != nil {
+		l.t.Fatalf("helm get manifest: %v", err)
+	}
+	objs, err := framework.DecodeYAML(out)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	crd := &unstructured.Unstructured{}
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	crd.SetName("fenceconfigs.fence.sandbox.namzu.ai")
+	return append(objs, crd)
+}
+
+// The lifecycle case runs the commands docs/install.md gives; this keeps
+// them there.
+func TestTheLifecycleCommandsAreDocumented(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range [][][]string{installFromRelease, upgradeRelease, uninstallFirst, uninstallRest, uninstallChart} {
+		for _, c := range set {
+			if line := strings.Join(c, " "); !bytes.Contains(doc, []byte(line)) {
+				t.Errorf("docs/install.md does not give the command the lifecycle case runs: %s", line)
+			}
+		}
+	}
+}
