@@ -153,7 +153,7 @@ func TestReleaseWorkflow(t *testing.T) {
 		}
 	}
 	// Every file of a release: what hack/release writes for the tag.
-	for _, f := range []string{"dist/install.yaml", "dist/webhook-image.oci.tar", "dist/webhook.spdx.json", "dist/SHA256SUMS", `"dist/sandbox-fence-${GITHUB_REF_NAME#v}.tgz"`} {
+	for _, f := range []string{"dist/install.yaml", "dist/fenceconfig.yaml", "dist/webhook-image.oci.tar", "dist/webhook.spdx.json", "dist/SHA256SUMS", `"dist/sandbox-fence-${GITHUB_REF_NAME#v}.tgz"`} {
 		if !strings.Contains(all, "gh release create") || !strings.Contains(all, f) {
 			t.Errorf("release.yml does not attach %s to the release", f)
 		}

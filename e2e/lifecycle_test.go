@@ -51,9 +51,14 @@ const (
 // keeps them in the document. RELEASE is the release's install.yaml.
 var (
 	installFromRelease = [][]string{
-		{"kubectl", "apply", "--server-side", "-f", "install.yaml", "||", "true"},
-		{"kubectl", "wait", "--for=condition=Established", "crd/fenceconfigs.fence.sandbox.namzu.ai"},
 		{"kubectl", "apply", "--server-side", "-f", "install.yaml"},
+	}
+	// configureRelease: the release's FenceConfig, once its CRD is
+	// established (the case then binds its hosts, as the admin's edit of
+	// the file would).
+	configureRelease = [][]string{
+		{"kubectl", "wait", "--for=condition=Established", "crd/fenceconfigs.fence.sandbox.namzu.ai"},
+		{"kubectl", "apply", "--server-side", "-f", "fenceconfig.yaml"},
 	}
 	upgradeRelease = [][]string{
 		{"kubectl", "apply", "--server-side", "-f", "install.yaml"},
@@ -82,19 +87,19 @@ type lifecycle struct {
 	root       string
 }
 
-// run runs each command; "install.yaml" stands for file, and a command
-// ending in "|| true" may fail (its output is logged).
-func (l *lifecycle) run(ctx context.Context, file string, cmds [][]string, extra ...string) {
+// run runs each command; install.yaml and fenceconfig.yaml stand for
+// rel's files.
+func (l *lifecycle) run(ctx context.Context, rel *framework.Release, cmds [][]string, extra ...string) {
 	l.t.Helper()
 	for _, c := range cmds {
 		args := append([]string(nil), c[1:]...)
-		mayFail := len(args) >= 2 && args[len(args)-2] == "||"
-		if mayFail {
-			args = args[:len(args)-2]
-		}
 		for i, a := range args {
-			if a == "install.yaml" {
-				args[i] = file
+			switch {
+			case rel == nil:
+			case a == "install.yaml":
+				args[i] = rel.InstallYAML()
+			case a == "fenceconfig.yaml":
+				args[i] = rel.FenceConfigYAML()
 			}
 		}
 		if c[0] == "helm" {
@@ -106,7 +111,7 @@ func (l *lifecycle) run(ctx context.Context, file string, cmds [][]string, extra
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		l.t.Logf("$ %s (%s)\n%s", strings.Join(c, " "), time.Since(start).Round(100*time.Millisecond), bytes.TrimSpace(out))
-		if err != nil && !mayFail {
+		if err != nil {
 			l.t.Fatalf("%s: %v", strings.Join(c, " "), err)
 		}
 	}
@@ -259,13 +264,14 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	unrelated.waitMore(t, 5)
 
 	t.Log("uninstall the suite's install (docs/install.md, Uninstall)")
-	l.run(ctx, "", uninstallFirst)
-	l.run(ctx, "", [][]string{{"kubectl", "delete", "-k", "config/default", "--ignore-not-found"}})
-	l.run(ctx, "", uninstallRest[1:])
+	l.run(ctx, nil, uninstallFirst)
+	l.run(ctx, nil, [][]string{{"kubectl", "delete", "-k", "config/default", "--ignore-not-found"}})
+	l.run(ctx, nil, uninstallRest[1:])
 	l.gone(ctx, "config/default", shipped.Objects)
 
 	t.Log("install v0.1.0 from its install.yaml (docs/install.md, Install from a release)")
-	l.run(ctx, v1.InstallYAML(), installFromRelease)
+	l.run(ctx, v1, installFromRelease)
+	l.run(ctx, v1, configureRelease)
 	l.ready(ctx, v1.Image, true)
 	upgraded := upgradeMarker()
 	if err := dryRunCreate(upgraded.As, upgraded.Obj)(ctx); err != nil {
@@ -275,7 +281,7 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	t.Log("upgrade to v0.1.1, whose holder-epoch policy changed (docs/install.md, Upgrade)")
 	fenced := startLoad(t, 1, mustRefuseProbe(t, refused), fencedAdmitProbe(t))
 	fenced.waitMore(t, 5)
-	l.run(ctx, v2.InstallYAML(), upgradeRelease)
+	l.run(ctx, v2, upgradeRelease)
 	if err := env.WaitDenied(ctx, upgraded, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -292,19 +298,19 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.run(ctx, v2.InstallYAML(), append(append([][]string{}, uninstallFirst...), uninstallRest...))
+	l.run(ctx, v2, append(append([][]string{}, uninstallFirst...), uninstallRest...))
 	l.gone(ctx, "v0.1.1's install.yaml", v2objs)
 
 	t.Log("install v0.1.0's chart, upgrade to v0.1.1's, uninstall (docs/install.md, Install with Helm)")
 	values := filepath.Join(dir, "values.yaml")
 	writeValues(t, values)
-	l.run(ctx, "", [][]string{{"helm", "install", "sandbox-fence", v1.Chart()}}, "--values", values, "--wait")
+	l.run(ctx, nil, [][]string{{"helm", "install", "sandbox-fence", v1.Chart()}}, "--values", values, "--wait")
 	l.ready(ctx, v1.Image, false)
-	l.run(ctx, "", [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart()}}, "--values", values, "--wait")
+	l.run(ctx, nil, [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart()}}, "--values", values, "--wait")
 	l.ready(ctx, v2.Image, false)
 	chartObjs := helmManifest(ctx, l)
-	l.run(ctx, "", uninstallFirst)
-	l.run(ctx, "", uninstallChart)
+	l.run(ctx, nil, uninstallFirst)
+	l.run(ctx, nil, uninstallChart)
 	l.gone(ctx, "the chart", chartObjs)
 
 	unrelated.waitMore(t, 5)
@@ -338,7 +344,7 @@ func upgradeMarker() framework.Marker {
 // validation, as a release that tightens a rule would.
 func changeHolderEpochPolicy(t *testing.T, r *framework.Release) {
 	t.Helper()
-	objs, err := r.Objects()
+	objs, err := framework.ReadYAMLFile(r.InstallYAML())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +421,7 @@ func TestTheLifecycleCommandsAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, set := range [][][]string{installFromRelease, upgradeRelease, uninstallFirst, uninstallRest, uninstallChart} {
+	for _, set := range [][][]string{installFromRelease, configureRelease, upgradeRelease, uninstallFirst, uninstallRest, uninstallChart} {
 		for _, c := range set {
 			if line := strings.Join(c, " "); !bytes.Contains(doc, []byte(line)) {
 				t.Errorf("docs/install.md does not give the command the lifecycle case runs: %s", line)

@@ -42,9 +42,21 @@ func (r *Release) Chart() string {
 	return filepath.Join(r.Dir, "sandbox-fence-"+strings.TrimPrefix(r.Version, "v")+".tgz")
 }
 
-// Objects are the objects install.yaml creates, in its order.
+// FenceConfigYAML is the path of the release's default FenceConfig.
+func (r *Release) FenceConfigYAML() string { return filepath.Join(r.Dir, "fenceconfig.yaml") }
+
+// Objects are the objects install.yaml creates, in its order, then the
+// FenceConfig of fenceconfig.yaml.
 func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
-	return ReadYAMLFile(r.InstallYAML())
+	objs, err := ReadYAMLFile(r.InstallYAML())
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ReadYAMLFile(r.FenceConfigYAML())
+	if err != nil {
+		return nil, err
+	}
+	return append(objs, cfg...), nil
 }
 
 // BuildRelease runs hack/release as `make release VERSION=version

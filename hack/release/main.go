@@ -6,7 +6,8 @@
 //     image-layout tarball that `crane push --index` publishes;
 //   - install.yaml: config/default rendered with the image pinned by the
 //     index digest, ordered for one `kubectl apply` (CRD and Namespace
-//     first, the FenceConfig last);
+//     first), without the FenceConfig;
+//   - fenceconfig.yaml: the FenceConfig, to apply once the hosts are in it;
 //   - sandbox-fence-<version>.tgz: the Helm chart (hack/chart) with that
 //     version and image;
 //   - webhook.spdx.json: an SPDX 2.3 SBOM of the webhook binary from its
@@ -135,11 +136,14 @@ func run(ctx context.Context, o options) error {
 	}
 	pinned := o.Image + "@" + strings.TrimSpace(string(d))
 
-	manifest, err := installYAML(root, o.Version, pinned)
+	manifest, config, err := installYAML(root, o.Version, pinned)
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "install.yaml"), manifest, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "fenceconfig.yaml"), config, 0o644); err != nil {
 		return err
 	}
 
@@ -179,18 +183,22 @@ func goRun(ctx context.Context, dir string, env []string, args ...string) error 
 	return nil
 }
 
-// installYAML renders config/default with the image pinned, in the order
-// one `kubectl apply -f` needs on an empty cluster: the CRD and the
-// Namespace before anything that lives in or refers to them, the
-// FenceConfig (an object of that CRD) last.
-func installYAML(root, version, image string) ([]byte, error) {
+// installYAML renders config/default with the image pinned and splits it
+// in two. install.yaml is everything but the FenceConfig, in the order one
+// `kubectl apply -f` needs on an empty cluster: the CRD and the Namespace
+// before anything that lives in or refers to them. kubectl cannot map an
+// object of a CRD it creates in the same apply, so the FenceConfig (the
+// shipped default: no hosts) is fenceconfig.yaml, applied once the admin
+// has bound the hosts; until then no policy needs it (every binding's
+// parameterNotFoundAction is Allow) and no namespace is opted in.
+func installYAML(root, version, image string) (install, config []byte, err error) {
 	tmp, err := os.MkdirTemp("", "sandbox-fence-install-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.RemoveAll(tmp)
 	if err := os.Symlink(filepath.Join(root, "config"), filepath.Join(tmp, "config")); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	repo, digest, _ := strings.Cut(image, "@")
 	k, err := yaml.Marshal(map[string]any{
@@ -200,42 +208,44 @@ func installYAML(root, version, image string) ([]byte, error) {
 		"images":     []map[string]string{{"name": devImage, "newName": repo, "digest": digest}},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), k, 0o644); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build config/default: %w", err)
+		return nil, nil, fmt.Errorf("kustomize build config/default: %w", err)
 	}
-	rank := func(kind, group string) int {
-		switch {
-		case kind == "CustomResourceDefinition":
+	rank := func(kind string) int {
+		switch kind {
+		case "CustomResourceDefinition":
 			return 0
-		case kind == "Namespace":
+		case "Namespace":
 			return 1
-		case group == "fence.sandbox.namzu.ai":
-			return 3
 		}
 		return 2
 	}
 	res := m.Resources()
-	sort.SliceStable(res, func(i, j int) bool {
-		return rank(res[i].GetKind(), res[i].GetGvk().Group) < rank(res[j].GetKind(), res[j].GetGvk().Group)
-	})
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "# sandbox-fence %s: config/default with the webhook image %s.\n", version, image)
-	b.WriteString("# kubectl apply --server-side -f install.yaml   (docs/install.md, \"Install from a release\")\n")
+	sort.SliceStable(res, func(i, j int) bool { return rank(res[i].GetKind()) < rank(res[j].GetKind()) })
+	var inst, cfg bytes.Buffer
+	fmt.Fprintf(&inst, "# sandbox-fence %s: config/default with the webhook image %s, but its FenceConfig (fenceconfig.yaml).\n", version, image)
+	inst.WriteString("# kubectl apply --server-side -f install.yaml   (docs/install.md, \"Install from a release\")\n")
+	fmt.Fprintf(&cfg, "# sandbox-fence %s: the default FenceConfig, binding no host. Add your hosts (docs/install.md, \"Configure\"),\n", version)
+	cfg.WriteString("# then: kubectl apply --server-side -f fenceconfig.yaml\n")
 	for _, r := range res {
 		y, err := r.AsYAML()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		b := &inst
+		if r.GetGvk().Group == "fence.sandbox.namzu.ai" {
+			b = &cfg
 		}
 		b.WriteString("---\n")
 		b.Write(y)
 	}
-	return b.Bytes(), nil
+	return inst.Bytes(), cfg.Bytes(), nil
 }
 
 // spdx describes the webhook binaries from the build information the Go
