@@ -241,6 +241,7 @@ func caseInputs(t *testing.T) []costInput {
 			case c.Params.Spec != nil:
 				in.params = def.DeepCopy()
 				in.params.Object["spec"] = runtime.DeepCopyJSONValue(c.Params.Spec)
+				in.params = served(t, in.params)
 			}
 			out = append(out, in)
 		}
@@ -355,7 +356,9 @@ func bigParams(def *unstructured.Unstructured) *unstructured.Unstructured {
 		users = append(users, fmt.Sprintf("user-%d-%s", i, strings.Repeat("u", 400)))
 		groups = append(groups, fmt.Sprintf("group-%d-%s", i, strings.Repeat("g", 400)))
 	}
-	p.Object["spec"] = map[string]any{"hosts": hosts, "breakGlass": map[string]any{"users": users, "groups": groups}}
+	// The label key the served def carries (the CRD's default).
+	key, _, _ := unstructured.NestedString(def.Object, "spec", "perSandboxLabelKey")
+	p.Object["spec"] = map[string]any{"hosts": hosts, "breakGlass": map[string]any{"users": users, "groups": groups}, "perSandboxLabelKey": key}
 	return p
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 const fenceConfigCRD = "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"
@@ -164,5 +165,38 @@ func TestPreexistingFenceConfigsAreRefused(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("no case runs under a preexisting FenceConfig: the policies' handling of one is untested")
+	}
+}
+
+// The label key is defined once: the FenceConfig CRD defaults it to the
+// host library's key, the API server fills it into every FenceConfig it
+// serves (the shipped one, with spec: {}, included), and the egress policy
+// and the webhook read it without a fallback of their own.
+func TestTheCRDDefaultIsTheHostLibrarysLabelKey(t *testing.T) {
+	crd := loadCRDs(t, fenceConfigCRD)[0]
+	shipped, err := vapeval.LoadObjects("../config/vap/fenceconfig.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom := shipped[0].DeepCopy()
+	custom.Object["spec"] = map[string]any{"perSandboxLabelKey": "example.com/egress"}
+	for _, tc := range []struct {
+		name string
+		obj  *unstructured.Unstructured
+		want string
+	}{
+		{"the shipped FenceConfig, spec: {}, gets the host library's key", shipped[0], fence.DefaultPerSandboxLabelKey},
+		{"a FenceConfig naming its own key keeps it", custom, "example.com/egress"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := tc.obj.DeepCopy()
+			if err := vapeval.DefaultObject(crd, obj.Object); err != nil {
+				t.Fatal(err)
+			}
+			got, _, _ := unstructured.NestedString(obj.Object, "spec", "perSandboxLabelKey")
+			if got != tc.want {
+				t.Errorf("served spec.perSandboxLabelKey = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -45,7 +45,7 @@ func TestUnresolvableParamKindBlocksOnlyFencedPolicyWrites(t *testing.T) {
 			}
 		}
 		h, err := vapeval.Start(context.Background(), vapeval.Env{
-			Policies: bundle, Params: []*unstructured.Unstructured{defaultParams(t)},
+			Policies: bundle, Params: []*unstructured.Unstructured{defaultParams(t)}, ParamCRDs: paramCRDs(t),
 			Namespaces: namespaces(t), Resources: resources,
 		})
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -55,7 +56,25 @@ func defaultParams(t testing.TB) *unstructured.Unstructured {
 	if err != nil || len(objs) != 1 {
 		t.Fatalf("testdata/fenceconfig.yaml: want one FenceConfig: %v", err)
 	}
-	return objs[0]
+	return served(t, objs[0])
+}
+
+// served is params as the API server serves it: with the FenceConfig
+// CRD's defaults filled in.
+func served(t testing.TB, params *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	out := params.DeepCopy()
+	if err := vapeval.DefaultObject(paramCRDs(t)[0], out.Object); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// paramCRDs default the params as the API server serves them: the
+// FenceConfig CRD fills in spec.perSandboxLabelKey.
+func paramCRDs(t testing.TB) []*apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	return loadCRDs(t, fenceConfigCRD)
 }
 
 func namespaces(t testing.TB) []*corev1.Namespace {
@@ -117,7 +136,7 @@ func (h *harnesses) forParams(p vapeval.CaseParams) *vapeval.Harness {
 	if s, ok := h.started[string(key)]; ok {
 		return s
 	}
-	s, err := vapeval.Start(context.Background(), vapeval.Env{Policies: h.bundle, Params: params, Namespaces: h.nss, Resources: vapeval.Resources})
+	s, err := vapeval.Start(context.Background(), vapeval.Env{Policies: h.bundle, Params: params, ParamCRDs: paramCRDs(h.t), Namespaces: h.nss, Resources: vapeval.Resources})
 	if err != nil {
 		h.t.Fatal(err)
 	}

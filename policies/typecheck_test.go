@@ -13,7 +13,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
-func loadCRDs(t *testing.T, paths ...string) []*apiextensionsv1.CustomResourceDefinition {
+func loadCRDs(t testing.TB, paths ...string) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, p := range paths {

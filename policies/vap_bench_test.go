@@ -115,7 +115,7 @@ func BenchmarkVAPs(b *testing.B) {
 	for _, bb := range benchBundles {
 		bundle, p, nss := benchBundle(b, bb.override)
 		params = p
-		h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Params: []*unstructured.Unstructured{p}, Namespaces: nss, Resources: vapeval.Resources})
+		h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Params: []*unstructured.Unstructured{p}, ParamCRDs: paramCRDs(b), Namespaces: nss, Resources: vapeval.Resources})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -69,13 +69,17 @@ type FenceConfigSpec struct {
 	Hosts []Host `json:"hosts,omitempty"`
 
 	// PerSandboxLabelKey is the pod label selecting one sandbox's pods in its
-	// per-sandbox egress policy. Empty means
-	// sandbox.namzu.ai/per-sandbox-egress (fence.DefaultPerSandboxLabelKey).
+	// per-sandbox egress policy. The API server fills in the default,
+	// sandbox.namzu.ai/per-sandbox-egress (pkg/fence's
+	// DefaultPerSandboxLabelKey, TestTheCRDDefaultIsTheHostLibrarysLabelKey),
+	// on create and on every read of an object stored without it, so the
+	// policies and the webhook read it without a fallback of their own.
 	//
 	// The pattern is a qualified label key: an optional DNS-subdomain
 	// prefix, then a name of at most 63 characters.
 	//
 	// +optional
+	// +kubebuilder:default="sandbox.namzu.ai/per-sandbox-egress"
 	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('/') || self.split('/')[0].size() <= 253",message="the prefix of perSandboxLabelKey must be at most 253 characters"
@@ -165,14 +169,6 @@ func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion, &FenceConfig{}, &FenceConfigList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
-}
-
-// LabelKey returns the configured per-sandbox label key, or def when unset.
-func (s *FenceConfigSpec) LabelKey(def string) string {
-	if s.PerSandboxLabelKey == "" {
-		return def
-	}
-	return s.PerSandboxLabelKey
 }
 
 // HostFor returns the host entry for username, or nil when it is not bound.

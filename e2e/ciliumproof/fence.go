@@ -14,7 +14,6 @@ import (
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
-	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // HostUser is the bound host identity every body is written as.
@@ -65,10 +64,9 @@ func StartFence(ctx context.Context, bundle []*vapeval.PolicyDir, namespace stri
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{fencev1.FencedNamespaceLabel: fencev1.FencedNamespaceValue}}}
 	for _, key := range labelKeys {
-		spec := map[string]any{"hosts": []any{map[string]any{"username": HostUser, "namespaces": []any{namespace}}}}
-		if key != fence.DefaultPerSandboxLabelKey {
-			spec["perSandboxLabelKey"] = key
-		}
+		// The key is always set, as the API server serves it: the CRD
+		// defaults it to fence.DefaultPerSandboxLabelKey.
+		spec := map[string]any{"hosts": []any{map[string]any{"username": HostUser, "namespaces": []any{namespace}}}, "perSandboxLabelKey": key}
 		cfg := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": fencev1.GroupVersion.String(), "kind": fencev1.Kind,
 			"metadata": map[string]any{"name": fencev1.DefaultConfigName}, "spec": spec,

@@ -17,6 +17,9 @@ import (
 
 var (
 	ownerRefsPath = field.NewPath("metadata", "ownerReferences")
+	// configLabelKeyPath names the FenceConfig's label key in an error
+	// about the configuration rather than the request.
+	configLabelKeyPath = field.NewPath("FenceConfig", "spec", "perSandboxLabelKey")
 	selectorPath  = field.NewPath("spec", "endpointSelector", "matchLabels")
 )
 
@@ -89,7 +92,13 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 		errs = append(errs, field.Forbidden(refPath,
 			fmt.Sprintf("the %s %q is being deleted; create the policy for a live owner", kind.GVK.Kind, ref.Name)))
 	}
-	key := cfg.LabelKey(DefaultLabelKey)
+	// The CRD's default fills the key in on every FenceConfig the API server
+	// serves; an empty one was read through an older CRD.
+	key := cfg.PerSandboxLabelKey
+	if key == "" {
+		return append(errs, field.Required(configLabelKeyPath,
+			"the FenceConfig names no per-sandbox label key and its CRD supplies no default: apply this release's CRD first (docs/install.md, Upgrade)")), nil
+	}
 	// The selector matches pods labelled key=<owner name>; only an owner that
 	// puts exactly that label on its own pods makes the selector select the
 	// sandbox's pods and nobody else's.

@@ -63,6 +63,13 @@ func TestValidateCiliumOwner(t *testing.T) {
 		wantErrs: field.ErrorList{field.Invalid(ref0.Child("name"), "a",
 			"the SandboxClaim \"a\" does not carry the pod label example.com/egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner")},
 	}, {
+		name:   "a FenceConfig served through a CRD older than its label key's default refuses and says to apply the CRD",
+		cfg:    tst.MakeConfig("sandbox-fence").LabelKey("").Obj(),
+		owners: tst.NewFakeOwners(claim),
+		obj:    tst.MakeCNP(claim).Obj(),
+		wantErrs: field.ErrorList{field.Required(field.NewPath("FenceConfig", "spec", "perSandboxLabelKey"),
+			"the FenceConfig names no per-sandbox label key and its CRD supplies no default: apply this release's CRD first (docs/install.md, Upgrade)")},
+	}, {
 		name:     "a policy without ownerReferences names the missing field",
 		owners:   tst.NewFakeOwners(claim),
 		obj:      tst.MakeCNP(claim).OwnerRefs().Obj(),

@@ -10,9 +10,6 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// DefaultLabelKey is the per-sandbox pod label key when the FenceConfig sets
-// none (contract §4.1): the client package's, so host and fence agree.
-const DefaultLabelKey = fence.DefaultPerSandboxLabelKey
 
 // OwnerKind is one of the two objects a per-sandbox policy may belong to
 // (contract §4.1): the SandboxClaim of the pooled path or the Sandbox of the

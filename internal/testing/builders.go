@@ -233,6 +233,9 @@ func MakeConfig(name string) *ConfigWrapper {
 	c.SetGroupVersionKind(fencev1alpha1.GroupVersion.WithKind(fencev1alpha1.Kind))
 	c.Name = name
 	c.Spec.Hosts = []fencev1alpha1.Host{{Username: HostUser, Namespaces: []string{Namespace}}}
+	// What the CRD's default fills in on every FenceConfig the API server
+	// serves.
+	c.Spec.PerSandboxLabelKey = fence.DefaultPerSandboxLabelKey
 	return &ConfigWrapper{c: c}
 }
 

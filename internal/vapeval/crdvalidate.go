@@ -9,6 +9,7 @@ import (
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	schemacel "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -76,4 +77,35 @@ func internalCRD(crd *apiextensionsv1.CustomResourceDefinition) (*apiextensions.
 		return nil, err
 	}
 	return out, nil
+}
+
+// DefaultObject applies the defaults of the CRD version obj names to obj,
+// in place, as the API server does to every object it serves: on create,
+// and on every read of an object stored before the default existed. A
+// policy's params come from the server, so they carry the defaults.
+func DefaultObject(crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any) error {
+	in, err := internalCRD(crd)
+	if err != nil {
+		return err
+	}
+	apiVersion, _ := obj["apiVersion"].(string)
+	for _, v := range in.Spec.Versions {
+		if in.Spec.Group+"/"+v.Name != apiVersion {
+			continue
+		}
+		props := in.Spec.Validation
+		if v.Schema != nil {
+			props = v.Schema
+		}
+		if props == nil {
+			return fmt.Errorf("%s %s has no schema", crd.Name, v.Name)
+		}
+		structural, err := structuralschema.NewStructural(props.OpenAPIV3Schema)
+		if err != nil {
+			return err
+		}
+		structuraldefaulting.Default(obj, structural)
+		return nil
+	}
+	return fmt.Errorf("%s serves no version %s", crd.Name, apiVersion)
 }

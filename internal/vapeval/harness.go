@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -43,8 +44,12 @@ func (r Resource) GVR() schema.GroupVersionResource {
 // Env is what the plugin sees: policies with their bindings, param objects,
 // namespaces, and the resources to map.
 type Env struct {
-	Policies   []*PolicyDir
-	Params     []*unstructured.Unstructured
+	Policies []*PolicyDir
+	Params   []*unstructured.Unstructured
+	// ParamCRDs default the params of their group and kind, as the API
+	// server serves them (DefaultObject); a param of another kind is used
+	// as given.
+	ParamCRDs  []*apiextensionsv1.CustomResourceDefinition
 	Namespaces []*corev1.Namespace
 	Resources  []Resource
 }
@@ -90,7 +95,15 @@ func Start(ctx context.Context, env Env) (*Harness, error) {
 	}
 	var params []runtime.Object
 	for _, p := range env.Params {
-		params = append(params, p.DeepCopy())
+		p = p.DeepCopy()
+		for _, crd := range env.ParamCRDs {
+			if crd.Spec.Group == p.GroupVersionKind().Group && crd.Spec.Names.Kind == p.GetKind() {
+				if err := DefaultObject(crd, p.Object); err != nil {
+					return nil, fmt.Errorf("defaulting param %s: %w", p.GetName(), err)
+				}
+			}
+		}
+		params = append(params, p)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, params...)
 
