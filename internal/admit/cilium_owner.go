@@ -20,7 +20,7 @@ var (
 	// configLabelKeyPath names the FenceConfig's label key in an error
 	// about the configuration rather than the request.
 	configLabelKeyPath = field.NewPath("FenceConfig", "spec", "perSandboxLabelKey")
-	selectorPath  = field.NewPath("spec", "endpointSelector", "matchLabels")
+	selectorPath       = field.NewPath("spec", "endpointSelector", "matchLabels")
 )
 
 // ValidateCiliumOwner checks a bound host's CREATE or UPDATE (old non-nil) of
