@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
+	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
@@ -340,4 +341,33 @@ func collapse(s string) string {
 		s = strings.ReplaceAll(s, "\n\n", "\n")
 	}
 	return s
+}
+
+// On a cluster older than the policies support (internal/kubeversion)
+// helm install stops before it creates anything, naming the version it
+// needs; the supported minimum installs.
+func TestTheChartRefusesAClusterOlderThanThePoliciesSupport(t *testing.T) {
+	ch := loadChart(t)
+	for _, tc := range []struct {
+		name    string
+		version *chartutil.KubeVersion
+		refused bool
+	}{
+		{"v1.32.9, one minor below the minimum, is refused", &chartutil.KubeVersion{Version: "v1.32.9", Major: "1", Minor: "32"}, true},
+		{"the minimum installs", &chartutil.KubeVersion{Version: kubeversion.Minimum, Major: "1", Minor: "33"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inst := action.NewInstall(&action.Configuration{})
+			inst.DryRun, inst.ClientOnly, inst.IncludeCRDs, inst.Replace = true, true, true, true
+			inst.ReleaseName, inst.Namespace = "sandbox-fence", "default"
+			inst.KubeVersion = tc.version
+			_, err := inst.Run(ch, nil)
+			switch {
+			case tc.refused && (err == nil || !strings.Contains(err.Error(), ">="+strings.TrimPrefix(kubeversion.Minimum, "v"))):
+				t.Errorf("helm install on %s: got %v, want a refusal naming >=%s", tc.version.Version, err, kubeversion.Minimum)
+			case !tc.refused && err != nil:
+				t.Errorf("helm install on %s: %v", tc.version.Version, err)
+			}
+		})
+	}
 }
