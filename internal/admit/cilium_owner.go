@@ -96,8 +96,9 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 	// serves; an empty one was read through an older CRD.
 	key := cfg.PerSandboxLabelKey
 	if key == "" {
-		return append(errs, field.Required(configLabelKeyPath,
-			"the FenceConfig names no per-sandbox label key and its CRD supplies no default: apply this release's CRD first (docs/install.md, Upgrade)")), nil
+		errs = append(errs, field.Required(configLabelKeyPath,
+			"the FenceConfig names no per-sandbox label key and its CRD supplies no default: apply this release's CRD first (docs/install.md, Upgrade)"))
+		return errs, nil
 	}
 	// The selector matches pods labelled key=<owner name>; only an owner that
 	// puts exactly that label on its own pods makes the selector select the
