@@ -14,7 +14,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -89,7 +89,7 @@ type lifecycle struct {
 
 // run runs each command; install.yaml and fenceconfig.yaml stand for
 // rel's files.
-func (l *lifecycle) run(ctx context.Context, rel *framework.Release, cmds [][]string, extra ...string) {
+func (l *lifecycle) run(ctx context.Context, rel *framework.Release, cmds [][]string) {
 	l.t.Helper()
 	for _, c := range cmds {
 		args := append([]string(nil), c[1:]...)
@@ -101,9 +101,6 @@ func (l *lifecycle) run(ctx context.Context, rel *framework.Release, cmds [][]st
 			case a == "fenceconfig.yaml":
 				args[i] = rel.FenceConfigYAML()
 			}
-		}
-		if c[0] == "helm" {
-			args = append(args, extra...)
 		}
 		args = append(args, "--kubeconfig", l.kubeconfig)
 		cmd := exec.CommandContext(ctx, filepath.Join(l.bin, c[0]), args...)
@@ -169,8 +166,7 @@ func (l *lifecycle) holdersSurvive(ctx context.Context) {
 		l.t.Fatal(err)
 	}
 	var got fencev1.FenceConfig
-	b, _ := json.Marshal(u.Object)
-	if err := json.Unmarshal(b, &got); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &got); err != nil {
 		l.t.Fatal(err)
 	}
 	if d := cmp.Diff(env.FenceConfigSpec().Hosts, got.Spec.Hosts); d != "" {
@@ -304,11 +300,13 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	t.Log("install v0.1.0's chart, upgrade to v0.1.1's, uninstall (docs/install.md, Install with Helm)")
 	values := filepath.Join(dir, "values.yaml")
 	writeValues(t, values)
-	l.run(ctx, nil, [][]string{{"helm", "install", "sandbox-fence", v1.Chart()}}, "--values", values, "--wait")
+	l.run(ctx, nil, [][]string{{"helm", "install", "sandbox-fence", v1.Chart(), "--values", values, "--wait"}})
 	l.ready(ctx, v1.Image, false)
-	l.run(ctx, nil, [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart()}}, "--values", values, "--wait")
+	l.run(ctx, nil, [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart(), "--values", values, "--wait"}})
 	l.ready(ctx, v2.Image, false)
-	chartObjs := helmManifest(ctx, l)
+	// The chart's crds/ are config/crd, the CRD the suite's bundle renders.
+	shippedCRDs, _, _ := shipped.Split()
+	chartObjs := append(helmManifest(ctx, l), shippedCRDs...)
 	l.run(ctx, nil, uninstallFirst)
 	l.run(ctx, nil, uninstallChart)
 	l.gone(ctx, "the chart", chartObjs)
@@ -391,8 +389,8 @@ func writeValues(t *testing.T, path string) {
 	}
 }
 
-// helmManifest is what the chart's release installed (helm get manifest)
-// and its CRD (crds/, which the manifest does not list).
+// helmManifest is what the chart's release installed (helm get manifest;
+// its crds/ are not listed).
 func helmManifest(ctx context.Context, l *lifecycle) []*unstructured.Unstructured {
 	l.t.Helper()
 	out, err := exec.CommandContext(ctx, filepath.Join(l.bin, "helm"), "get", "manifest", "sandbox-fence", "--kubeconfig", l.kubeconfig).Output()
@@ -403,11 +401,7 @@ func helmManifest(ctx context.Context, l *lifecycle) []*unstructured.Unstructure
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	crd := &unstructured.Unstructured{}
-	crd.SetAPIVersion("apiextensions.k8s.io/v1")
-	crd.SetKind("CustomResourceDefinition")
-	crd.SetName("fenceconfigs.fence.sandbox.namzu.ai")
-	return append(objs, crd)
+	return objs
 }
 
 // The lifecycle case runs the commands docs/install.md gives; this keeps

@@ -8,6 +8,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -107,17 +108,13 @@ func StartRegistry() (*Registry, error) {
 		return nil, err
 	}
 	r := &Registry{Port: ln.Addr().(*net.TCPAddr).Port}
-	r.srv = &http.Server{Handler: registry.New(registry.Logger(log.New(discardWriter{}, "", 0)))}
+	r.srv = &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
 	go func() { _ = r.srv.Serve(ln) }()
 	return r, nil
 }
 
 // Stop ends the server.
 func (r *Registry) Stop() { _ = r.srv.Close() }
-
-type discardWriter struct{}
-
-func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 // Push publishes the release's image index (webhook-image.oci.tar) as
 // repository:version, the way .github/workflows/release.yml's `crane push

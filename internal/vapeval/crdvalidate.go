@@ -30,6 +30,26 @@ func ValidateCRD(crd *apiextensionsv1.CustomResourceDefinition) (field.ErrorList
 // names: the OpenAPI schema and the x-kubernetes-validations rules, as the
 // API server does on create.
 func ValidateObject(crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any) (field.ErrorList, error) {
+	props, err := versionSchema(crd, obj)
+	if err != nil {
+		return nil, err
+	}
+	sv, _, err := validation.NewSchemaValidator(props.OpenAPIV3Schema)
+	if err != nil {
+		return nil, err
+	}
+	errs := validation.ValidateCustomResource(nil, obj, sv)
+	structural, err := structuralschema.NewStructural(props.OpenAPIV3Schema)
+	if err != nil {
+		return nil, err
+	}
+	celErrs, _ := schemacel.NewValidator(structural, true, celconfig.PerCallLimit).
+		Validate(context.Background(), nil, structural, obj, nil, celconfig.RuntimeCELCostBudget)
+	return append(errs, celErrs...), nil
+}
+
+// versionSchema is the schema of the CRD version obj's apiVersion names.
+func versionSchema(crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any) (*apiextensions.CustomResourceValidation, error) {
 	in, err := internalCRD(crd)
 	if err != nil {
 		return nil, err
@@ -46,18 +66,7 @@ func ValidateObject(crd *apiextensionsv1.CustomResourceDefinition, obj map[strin
 		if props == nil {
 			return nil, fmt.Errorf("%s %s has no schema", crd.Name, v.Name)
 		}
-		sv, _, err := validation.NewSchemaValidator(props.OpenAPIV3Schema)
-		if err != nil {
-			return nil, err
-		}
-		errs := validation.ValidateCustomResource(nil, obj, sv)
-		structural, err := structuralschema.NewStructural(props.OpenAPIV3Schema)
-		if err != nil {
-			return nil, err
-		}
-		celErrs, _ := schemacel.NewValidator(structural, true, celconfig.PerCallLimit).
-			Validate(context.Background(), nil, structural, obj, nil, celconfig.RuntimeCELCostBudget)
-		return append(errs, celErrs...), nil
+		return props, nil
 	}
 	return nil, fmt.Errorf("%s does not serve %s", crd.Name, apiVersion)
 }
@@ -84,28 +93,14 @@ func internalCRD(crd *apiextensionsv1.CustomResourceDefinition) (*apiextensions.
 // and on every read of an object stored before the default existed. A
 // policy's params come from the server, so they carry the defaults.
 func DefaultObject(crd *apiextensionsv1.CustomResourceDefinition, obj map[string]any) error {
-	in, err := internalCRD(crd)
+	props, err := versionSchema(crd, obj)
 	if err != nil {
 		return err
 	}
-	apiVersion, _ := obj["apiVersion"].(string)
-	for _, v := range in.Spec.Versions {
-		if in.Spec.Group+"/"+v.Name != apiVersion {
-			continue
-		}
-		props := in.Spec.Validation
-		if v.Schema != nil {
-			props = v.Schema
-		}
-		if props == nil {
-			return fmt.Errorf("%s %s has no schema", crd.Name, v.Name)
-		}
-		structural, err := structuralschema.NewStructural(props.OpenAPIV3Schema)
-		if err != nil {
-			return err
-		}
-		structuraldefaulting.Default(obj, structural)
-		return nil
+	structural, err := structuralschema.NewStructural(props.OpenAPIV3Schema)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%s serves no version %s", crd.Name, apiVersion)
+	structuraldefaulting.Default(obj, structural)
+	return nil
 }
