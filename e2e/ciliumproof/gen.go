@@ -152,13 +152,22 @@ func (g *Generator) domain(minLabels int) string {
 		for i := range ls {
 			ls[i] = g.label()
 		}
-		if strings.Trim(ls[n-1], digits) == "" {
-			ls[n-1] += "x"
-		}
+		ls[n-1] = notAllDigits(ls[n-1])
 		if d := strings.Join(ls, "."); len(d) <= 253 {
 			return d
 		}
 	}
+}
+
+// notAllDigits makes a last label the grammar accepts: an all-digit one ends
+// in x instead of its last digit. Replacing, not appending, keeps a label of
+// 63 within DNS's bound (appending made a 64-character label, which
+// pkg/fence refuses; make fuzz found it).
+func notAllDigits(label string) string {
+	if strings.Trim(label, digits) != "" {
+		return label
+	}
+	return label[:len(label)-1] + "x"
 }
 
 func (g *Generator) hosts() []string {
