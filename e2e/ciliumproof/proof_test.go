@@ -132,7 +132,7 @@ func TestTheProofCatchesAWeakenedFence(t *testing.T) {
 		{"toFQDNs entries of any form (contract §4.3 rule 7)", "variables.fqdnProblems"},
 		{"any toPorts on a toFQDNs rule (contract §4.3 rule 6)", "variables.fqdnPortProblems"},
 		{"any peer kind in an egress rule (contract §4.3 rule 6)", "variables.ruleProblems"},
-		{"any endpointSelector (contract §4.3 rule 4)", "object.spec.endpointSelector.matchLabels"},
+		{"any endpointSelector (contract §4.3 rule 4)", "variables.selectorOK"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bundle := loadBundle(t)
