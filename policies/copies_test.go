@@ -1,12 +1,9 @@
 package policies_test
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
-
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 )
 
 // CEL has no user-defined functions, so an expression that every list item
@@ -23,15 +20,7 @@ import (
 // no partial copy (the grammar's first test without the rest) may exist. A
 // copy edited in one place, the way repeats drift, fails it.
 func TestTheEgressPolicysRepeatedExpressionsAreCopiesOfOne(t *testing.T) {
-	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	for _, p := range loadBundle(t) {
-		if p.Policy.Name == "sandbox-fence-cilium-egress" {
-			policy = p.Policy
-		}
-	}
-	if policy == nil {
-		t.Fatal("sandbox-fence-cilium-egress not in the bundle")
-	}
+	policy := bundledPolicy(t, "sandbox-fence-cilium-egress")
 	var exprs []string
 	for _, v := range policy.Spec.Variables {
 		exprs = append(exprs, v.Expression)
@@ -46,7 +35,7 @@ func TestTheEgressPolicysRepeatedExpressionsAreCopiesOfOne(t *testing.T) {
 	// between tokens.
 	text := strings.Join(strings.Fields(strings.Join(exprs, "\n")), " ")
 
-	const value = `([a-zA-Z][\w.\[\]']*)`
+	const value = `(?P<V>[a-zA-Z][\w.\[\]']*)`
 	for _, d := range []struct {
 		name string
 		// definition is the one expression, with V for the value it
@@ -74,27 +63,22 @@ func TestTheEgressPolicysRepeatedExpressionsAreCopiesOfOne(t *testing.T) {
 		marker:     `<= 4096 ?`,
 		want:       14,
 	}} {
+		// Every V is a group named V and every N one named N, so a copy
+		// is checked for one value and one limit throughout.
 		pattern := regexp.QuoteMeta(d.definition)
 		pattern = strings.ReplaceAll(pattern, "V", value)
-		pattern = strings.ReplaceAll(pattern, "N", `(\d+|[a-z]\w*)`)
+		pattern = strings.ReplaceAll(pattern, "N", `(?P<N>\d+|[a-z]\w*)`)
 		re := regexp.MustCompile(pattern)
 		copies := 0
 		for _, m := range re.FindAllStringSubmatch(text, -1) {
 			copies++
-			var v, n string
-			// The groups alternate between values and limits in the
-			// order definition names them.
-			for i, g := range m[1:] {
-				isLimit := placeholderAt(d.definition, i) == 'N'
-				switch {
-				case isLimit && n == "":
-					n = g
-				case isLimit && g != n:
-					t.Errorf("%s: a copy cuts at %s and at %s: %s", d.name, n, g, m[0])
-				case !isLimit && v == "":
-					v = g
-				case !isLimit && g != v:
-					t.Errorf("%s: a copy applies to %s and to %s, not one value: %s", d.name, v, g, m[0])
+			first := map[string]string{}
+			for i, name := range re.SubexpNames()[1:] {
+				g := m[i+1]
+				if f, ok := first[name]; !ok {
+					first[name] = g
+				} else if g != f {
+					t.Errorf("%s: a copy reads %s as both %s and %s: %s", d.name, name, f, g, m[0])
 				}
 			}
 		}
@@ -105,22 +89,4 @@ func TestTheEgressPolicysRepeatedExpressionsAreCopiesOfOne(t *testing.T) {
 			t.Errorf("%s: %d copies, want %d; if one was added or folded away, change want here (and say why in the commit)", d.name, copies, d.want)
 		}
 	}
-}
-
-// placeholderAt returns the i-th placeholder (V or N) of definition.
-func placeholderAt(definition string, i int) byte {
-	return definition[nthPlaceholder(definition, i)]
-}
-
-// nthPlaceholder returns the index of the i-th V or N of definition.
-func nthPlaceholder(definition string, i int) int {
-	for j := 0; j < len(definition); j++ {
-		if definition[j] == 'V' || definition[j] == 'N' {
-			if i == 0 {
-				return j
-			}
-			i--
-		}
-	}
-	panic(fmt.Sprintf("definition %q has fewer placeholders than its pattern's groups", definition))
 }

@@ -29,15 +29,7 @@ import (
 // admitted cases (a key removed, an unknown key added, a value replaced by
 // each of a set of edge values, a list emptied or an item repeated).
 func TestShapeOKMatchesTheProblemLists(t *testing.T) {
-	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	for _, p := range loadBundle(t) {
-		if p.Policy.Name == "sandbox-fence-cilium-egress" {
-			policy = p.Policy.DeepCopy()
-		}
-	}
-	if policy == nil {
-		t.Fatal("sandbox-fence-cilium-egress not in the bundle")
-	}
+	policy := bundledPolicy(t, "sandbox-fence-cilium-egress")
 	// The lists in full: shapeOK forced false, its expression kept as
 	// shapeOKUnderTest.
 	found := false
@@ -257,15 +249,7 @@ func deepCopy(v any) any {
 // message when the validation passed. It also requires the guards to be
 // there, on the validations that a write or a DELETE evaluates most.
 func TestMessageGuards(t *testing.T) {
-	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	for _, p := range loadBundle(t) {
-		if p.Policy.Name == "sandbox-fence-cilium-egress" {
-			policy = p.Policy
-		}
-	}
-	if policy == nil {
-		t.Fatal("sandbox-fence-cilium-egress not in the bundle")
-	}
+	policy := bundledPolicy(t, "sandbox-fence-cilium-egress")
 	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	guarded := 0
 	for i, v := range policy.Spec.Validations {
