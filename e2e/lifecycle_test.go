@@ -344,13 +344,14 @@ func (w *paramKindWindow) open() {
 	w.opened = append(w.opened, time.Now())
 }
 
-func (w *paramKindWindow) excuse(err error) string {
+func (w *paramKindWindow) excuse(err error) string { return w.excuseAt(err, time.Now()) }
+
+func (w *paramKindWindow) excuseAt(err error, now time.Time) string {
 	msg := err.Error()
 	if !strings.Contains(msg, "ValidatingAdmissionPolicy '"+framework.PolicyCiliumEgress+"'") ||
 		!strings.Contains(msg, "failed to find resource referenced by paramKind") && !strings.Contains(msg, "not yet synced to use for admission") {
 		return ""
 	}
-	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, o := range w.opened {
@@ -468,5 +469,34 @@ func TestTheLifecycleCommandsAreDocumented(t *testing.T) {
 				t.Errorf("docs/install.md does not give the command the lifecycle case runs: %s", line)
 			}
 		}
+	}
+}
+
+// The window excuses the egress policy's two paramKind refusals, inside 40 s
+// of a step that creates the CRD, and nothing else.
+func TestTheParamKindWindowExcusesOnlyItsRefusalsInsideIt(t *testing.T) {
+	opened := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	w := &paramKindWindow{opened: []time.Time{opened}}
+	policy := "ciliumnetworkpolicies.cilium.io \"admin-egress-x\" is forbidden: ValidatingAdmissionPolicy '" + framework.PolicyCiliumEgress + "'"
+	unmapped := fmt.Errorf("%s denied request: failed to configure policy: failed to find resource referenced by paramKind: 'fence.sandbox.namzu.ai/v1alpha1, Kind=FenceConfig'", policy)
+	unsynced := fmt.Errorf("%s with binding 'b' denied request: failed to configure binding: paramKind kind `&ParamKind{...}` not yet synced to use for admission", policy)
+	for _, tc := range []struct {
+		name   string
+		err    error
+		after  time.Duration
+		excuse bool
+	}{
+		{"an unmapped kind 10 s after the CRD step is excused", unmapped, 10 * time.Second, true},
+		{"an informer not yet synced 1 s after the CRD step is excused", unsynced, time.Second, true},
+		{"an unmapped kind 41 s after the CRD step is not", unmapped, 41 * time.Second, false},
+		{"an unmapped kind before the CRD step is not", unmapped, -time.Second, false},
+		{"the fence's own refusal inside the window is not", fmt.Errorf("%s denied request: spec.egress[0]: ...", policy), time.Second, false},
+		{"another policy's paramKind refusal inside the window is not", fmt.Errorf("ValidatingAdmissionPolicy 'other' denied request: failed to configure policy: failed to find resource referenced by paramKind"), time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := w.excuseAt(tc.err, opened.Add(tc.after)) != ""; got != tc.excuse {
+				t.Errorf("excused = %v, want %v", got, tc.excuse)
+			}
+		})
 	}
 }
