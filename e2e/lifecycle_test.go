@@ -48,10 +48,14 @@ const (
 	refusedFromV2 = "e2e.sandbox.namzu.ai/refused-from-v0.1.1"
 )
 
-// The commands of docs/install.md this case runs; TestTheLifecycleCommandsAreTheDocumented
+// The commands of docs/install.md this case runs; TestTheLifecycleCommandsAreDocumented
 // keeps them in the document. RELEASE is the release's install.yaml.
 var (
+	// installFromRelease: the CRD alone first, the install's version gate
+	// (an older API server refuses it and nothing else is created), then
+	// the whole file.
 	installFromRelease = [][]string{
+		{"kubectl", "apply", "--server-side", "-f", "install.yaml", "-l", "app.kubernetes.io/component=crd"},
 		{"kubectl", "apply", "--server-side", "-f", "install.yaml"},
 	}
 	// configureRelease: the release's FenceConfig, once its CRD is

@@ -1,14 +1,19 @@
 package policies_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -198,5 +203,37 @@ func TestTheCRDDefaultIsTheHostLibrarysLabelKey(t *testing.T) {
 				t.Errorf("served spec.perSandboxLabelKey = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestFenceConfigCRDCompilesFromTheMinimumOnly: the FenceConfig CRD is the
+// install's version gate (its first rule, api/v1alpha1). An API server of
+// the oldest supported release (kubeversion.Minimum) and this library's own
+// compile every rule of it for a new CRD; one a minor older refuses exactly
+// the gate, whose message names the minimum. So kubectl's first install
+// step and Helm's crds/ stop on an older cluster before anything else is
+// created, with that message (docs/install.md, Prerequisites).
+func TestFenceConfigCRDCompilesFromTheMinimumOnly(t *testing.T) {
+	crd := loadCRDs(t, fenceConfigCRD)[0]
+	oldest := kubeversion.MinimumCompatibility()
+	for _, v := range []*version.Version{oldest, environment.DefaultCompatibilityVersion()} {
+		problems, err := vapeval.CompileCRDForCreate(crd, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("compatibility version %s (a server of the supported releases) refuses the CRD: %s", v, p)
+		}
+	}
+	below := version.MajorMinor(oldest.Major(), oldest.Minor()-1)
+	problems, err := vapeval.CompileCRDForCreate(crd, below)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minimum := version.MustParseGeneric(kubeversion.Minimum)
+	wantMessage := fmt.Sprintf("sandbox-fence needs Kubernetes %d.%d or later", minimum.Major(), minimum.Minor())
+	if len(problems) != 1 || !strings.Contains(problems[0], "properties[spec].x-kubernetes-validations[0].rule:") || !strings.Contains(problems[0], wantMessage) {
+		t.Errorf("at compatibility version %s (a server one minor older than %s) the CRD must fail on exactly its version gate, "+
+			"spec's first rule, whose message says %q; it fails on %d rules: %q", below, kubeversion.Minimum, wantMessage, len(problems), problems)
 	}
 }

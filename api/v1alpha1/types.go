@@ -54,9 +54,20 @@ type FenceConfig struct {
 	Spec FenceConfigSpec `json:"spec"`
 }
 
+// The version gate below compiles for a new CRD from the CEL environment of
+// Kubernetes 1.32 on, which a server offers one minor later: exactly
+// kubeversion.Minimum, like the policies this CRD configures
+// (TestFenceConfigCRDCompilesFromTheMinimumOnly).
+
 // FenceConfigSpec is the whole configuration. Every field is optional; the
 // empty spec fences nobody and lets nobody repair an epoch.
 //
+// The first rule is a version gate and always holds: an API server older
+// than Kubernetes 1.33 cannot compile it (a two-variable comprehension, as
+// the policies use), so it refuses this CRD, which install.yaml and the
+// Helm chart create before anything else.
+//
+// +kubebuilder:validation:XValidation:rule="[0].all(i, v, i == v)",message="sandbox-fence needs Kubernetes 1.33 or later: this API server's CEL lacks two-variable comprehensions, which the policies use (docs/install.md, Prerequisites)"
 // +kubebuilder:validation:XValidation:rule="!has(self.hosts) || !has(self.breakGlass) || !has(self.breakGlass.users) || self.hosts.all(h, !(h.username in self.breakGlass.users))",message="a host identity can never be break-glass (contract §8.5); remove it from breakGlass.users",fieldPath=".breakGlass.users"
 type FenceConfigSpec struct {
 	// Hosts are the bound host identities. The CiliumNetworkPolicy fence

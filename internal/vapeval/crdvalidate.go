@@ -3,17 +3,21 @@ package vapeval
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	schemacel "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
 )
 
 // ValidateCRD runs the API server's create validation of a
@@ -24,6 +28,72 @@ func ValidateCRD(crd *apiextensionsv1.CustomResourceDefinition) (field.ErrorList
 		return nil, err
 	}
 	return apiextensionsvalidation.ValidateCustomResourceDefinition(context.Background(), in), nil
+}
+
+// CompileCRDForCreate compiles every x-kubernetes-validations rule and
+// messageExpression of every version of crd as an API server whose CEL
+// compatibility version is compatibility compiles them for a new CRD
+// (environment.NewExpressions), and returns each one it cannot compile.
+// ValidateCRD does the same at this library's own compatibility version
+// only; this is how a test shows which releases refuse a CRD.
+func CompileCRDForCreate(crd *apiextensionsv1.CustomResourceDefinition, compatibility *version.Version) ([]string, error) {
+	in, err := internalCRD(crd)
+	if err != nil {
+		return nil, err
+	}
+	envSet := environment.MustBaseEnvSet(compatibility)
+	var out []string
+	var walk func(s *structuralschema.Structural, path *field.Path, root bool) error
+	walk = func(s *structuralschema.Structural, path *field.Path, root bool) error {
+		if s == nil {
+			return nil
+		}
+		if len(s.XValidations) > 0 {
+			results, err := schemacel.Compile(s, model.SchemaDeclType(s, root), celconfig.PerCallLimit, envSet, schemacel.NewExpressionsEnvLoader())
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			for i, r := range results {
+				rule := path.Child("x-kubernetes-validations").Index(i)
+				if r.Error != nil {
+					out = append(out, fmt.Sprintf("%s.rule: %v (its message: %s)", rule, r.Error, s.XValidations[i].Message))
+				}
+				if r.MessageExpressionError != nil {
+					out = append(out, fmt.Sprintf("%s.messageExpression: %v", rule, r.MessageExpressionError))
+				}
+			}
+		}
+		for name, p := range s.Properties {
+			if err := walk(&p, path.Child("properties").Key(name), false); err != nil {
+				return err
+			}
+		}
+		if err := walk(s.Items, path.Child("items"), false); err != nil {
+			return err
+		}
+		if s.AdditionalProperties != nil {
+			return walk(s.AdditionalProperties.Structural, path.Child("additionalProperties"), false)
+		}
+		return nil
+	}
+	for _, v := range in.Spec.Versions {
+		props := in.Spec.Validation
+		if v.Schema != nil {
+			props = v.Schema
+		}
+		if props == nil || props.OpenAPIV3Schema == nil {
+			continue
+		}
+		structural, err := structuralschema.NewStructural(props.OpenAPIV3Schema)
+		if err != nil {
+			return nil, err
+		}
+		if err := walk(structural, field.NewPath(v.Name, "openAPIV3Schema"), true); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // ValidateObject validates obj against the schema of the CRD version it
