@@ -6,8 +6,12 @@
 //	go -C e2e run ./bench/cases [-out bin/bench] [-enforcers sandbox-fence,kyverno,gatekeeper]
 //
 // A case is a leaf test of the suite: a test without subtests, or a
-// subtest. It exits non-zero only when the shipped bundle gets a case wrong:
-// a peer's wrong case is a finding to report, not a failure of this run.
+// subtest. Every top-level test `go test -list` names is a row, so a test
+// a run never reached (a timeout, a panic) shows as "not run" instead of
+// vanishing. It exits non-zero when the shipped bundle gets a case wrong or
+// does not finish one: a peer's wrong case is a finding to report, not a
+// failure of this run. cases.md is rewritten after each suite, so a run cut
+// short still leaves the table of the suites it finished.
 package main
 
 import (
@@ -65,7 +69,14 @@ func main() {
 		logf("%v", err)
 		os.Exit(2)
 	}
+	suite, err := listSuite(root)
+	if err != nil {
+		logf("%v", err)
+		os.Exit(2)
+	}
+	logf("the suite has %d top-level tests (go test -list)", len(suite))
 	var runs []*run
+	var md string
 	for _, e := range strings.Split(*list, ",") {
 		r, err := runSuite(root, strings.TrimSpace(e), *timeout)
 		if err != nil {
@@ -73,26 +84,82 @@ func main() {
 			os.Exit(1)
 		}
 		runs = append(runs, r)
+		md = table(runs, suite)
+		if *out != "" {
+			if err := writeTable(*out, md); err != nil {
+				logf("%v", err)
+				os.Exit(1)
+			}
+		}
 	}
-	md := table(runs)
 	fmt.Println(md)
-	if *out != "" {
-		if err := os.MkdirAll(*out, 0o755); err != nil {
-			logf("%v", err)
-			os.Exit(1)
-		}
-		if err := os.WriteFile(filepath.Join(*out, "cases.md"), []byte(md), 0o644); err != nil {
-			logf("%v", err)
-			os.Exit(1)
-		}
-		logf("wrote %s", filepath.Join(*out, "cases.md"))
-	}
 	for _, r := range runs {
-		if n := wrong(r, leaves(runs)); r.enforcer == framework.ShippedEnforcer && n > 0 {
+		if r.enforcer != framework.ShippedEnforcer {
+			continue
+		}
+		cases := leaves(runs, suite)
+		if n := wrong(r, cases); n > 0 {
 			logf("the shipped bundle got %d case(s) wrong", n)
 			os.Exit(1)
 		}
+		if missed := unfinished(r, cases); len(missed) > 0 {
+			logf("the shipped bundle did not finish %d case(s): %s", len(missed), strings.Join(missed, ", "))
+			os.Exit(1)
+		}
 	}
+}
+
+func writeTable(dir, md string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "cases.md")
+	if err := os.WriteFile(path, []byte(md), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s", path)
+	return nil
+}
+
+// listSuite is the suite's top-level tests, as `go test -list` names them
+// without running anything.
+func listSuite(root string) ([]string, error) {
+	cmd := exec.Command("go", "test", "-tags", "e2e", "-list", ".", ".")
+	cmd.Dir = filepath.Join(root, "e2e")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go test -list: %w\n%s", err, tail(stderr.String(), 30))
+	}
+	return parseList(stdout), nil
+}
+
+// parseList reads `go test -list` output: one name per line, then the
+// package's ok line.
+func parseList(out []byte) []string {
+	var names []string
+	for _, l := range strings.Split(string(out), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "Test") && !strings.ContainsAny(l, " \t") {
+			names = append(names, l)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// unfinished are the cases r has no verdict for: never started (its
+// top-level test is listed but absent from the run) or started and never
+// ended.
+func unfinished(r *run, cases []string) []string {
+	var out []string
+	for _, c := range cases {
+		if res := resultFor(r, c); res == nil || res.action == "" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func runSuite(root, enforcer, timeout string) (*run, error) {
@@ -137,14 +204,18 @@ func runSuite(root, enforcer, timeout string) (*run, error) {
 	if len(r.results) == 0 {
 		return nil, fmt.Errorf("the suite ran no test (exit %v); its stderr ends with:\n%s", err, tail(stderr.String(), 30))
 	}
-	own := leaves([]*run{r})
+	own := leaves([]*run{r}, nil)
 	logf("%s: %d right, %d wrong, %d n/a in %s", enforcer, count(r, own, "pass"), wrong(r, own), count(r, own, "skip"), r.elapsed.Round(time.Second))
 	return r, nil
 }
 
-// leaves are the cases: tests with no subtests, and subtests.
-func leaves(runs []*run) []string {
+// leaves are the cases: tests with no subtests, and subtests. suite's
+// top-level tests count even where no run reached them.
+func leaves(runs []*run, suite []string) []string {
 	all := map[string]bool{}
+	for _, t := range suite {
+		all[t] = true
+	}
 	for _, r := range runs {
 		for t := range r.results {
 			all[t] = true
@@ -196,9 +267,9 @@ func count(r *run, cases []string, action string) int {
 
 func wrong(r *run, cases []string) int { return count(r, cases, "fail") }
 
-func table(runs []*run) string {
+func table(runs []*run, suite []string) string {
 	var b strings.Builder
-	cases := leaves(runs)
+	cases := leaves(runs, suite)
 	b.WriteString("| case |")
 	for _, r := range runs {
 		b.WriteString(" " + r.enforcer + " |")
@@ -218,6 +289,10 @@ func table(runs []*run) string {
 	b.WriteString("| **right / wrong / n/a** |")
 	for _, r := range runs {
 		fmt.Fprintf(&b, " **%d / %d / %d** |", count(r, cases, "pass"), wrong(r, cases), count(r, cases, "skip"))
+	}
+	b.WriteString("\n| **not run or not finished** |")
+	for _, r := range runs {
+		fmt.Fprintf(&b, " **%d** |", len(unfinished(r, cases)))
 	}
 	b.WriteString("\n\n")
 	for _, r := range runs {

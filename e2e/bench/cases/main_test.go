@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,7 +26,7 @@ func TestLeavesAndCounts(t *testing.T) {
 		"TestShipped": {action: "skip", why: []string{"helpers_test.go:120: n/a: checks the shipped sandbox-fence bundle itself"}},
 	}}
 	ours.results["TestShipped/sub"] = &result{action: "pass"}
-	cases := leaves([]*run{ours, peer})
+	cases := leaves([]*run{ours, peer}, nil)
 	if d := cmp.Diff([]string{"TestA/one", "TestA/two", "TestB", "TestOnlyHere", "TestShipped/sub"}, cases); d != "" {
 		t.Errorf("leaves (-want +got):\n%s", d)
 	}
@@ -38,5 +39,34 @@ func TestLeavesAndCounts(t *testing.T) {
 	want := []string{"**wrong**: epoch_test.go:60: lowering: admitted, want a denial by kyverno.svc", "n/a", "not run"}
 	if d := cmp.Diff(want, cells); d != "" {
 		t.Errorf("cells (-want +got):\n%s", d)
+	}
+}
+
+// Every top-level test the suite lists is a case, also one no run reached
+// (the run timed out or panicked before it): it is a row, counted as not
+// run, and the shipped bundle not finishing one is what main refuses.
+func TestACaseNoRunReachedIsARowAndCountsAsUnfinished(t *testing.T) {
+	suite := parseList([]byte("TestA\nTestB\nTestCutShort\nTestNeverStarted\nok  \tgithub.com/sandbox-fence/sandbox-fence/e2e\t0.1s\n"))
+	if d := cmp.Diff([]string{"TestA", "TestB", "TestCutShort", "TestNeverStarted"}, suite); d != "" {
+		t.Fatalf("parseList (-want +got):\n%s", d)
+	}
+	ours := &run{enforcer: "sandbox-fence", results: map[string]*result{
+		"TestA":        {action: "pass"},
+		"TestB":        {action: "pass"},
+		"TestB/one":    {action: "skip"},
+		"TestCutShort": {}, // started, never ended: the test binary was killed
+	}}
+	cases := leaves([]*run{ours}, suite)
+	if d := cmp.Diff([]string{"TestA", "TestB/one", "TestCutShort", "TestNeverStarted"}, cases); d != "" {
+		t.Errorf("leaves (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"TestCutShort", "TestNeverStarted"}, unfinished(ours, cases)); d != "" {
+		t.Errorf("unfinished (-want +got):\n%s", d)
+	}
+	md := table([]*run{ours}, suite)
+	for _, row := range []string{"| TestCutShort | not finished |", "| TestNeverStarted | not run |", "| **not run or not finished** | **2** |"} {
+		if !strings.Contains(md, row) {
+			t.Errorf("the table lacks the row %q:\n%s", row, md)
+		}
 	}
 }
