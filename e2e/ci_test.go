@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -120,8 +125,11 @@ func TestCIRunsLintVerifyTestOldestThenKind(t *testing.T) {
 }
 
 // The release workflow runs on a tag, builds with make release and the tag
-// as VERSION, pushes the image index, and attaches every file make release
-// writes (hack/release's list) to the GitHub release.
+// as VERSION and the configured image, logs in to the configured registry
+// (ghcr.io by default) with the configured credential (the workflow's token
+// by default, packages: write), pushes the image index, and attaches
+// exactly the files make release writes (hack/release's Files) to the
+// GitHub release.
 func TestReleaseWorkflow(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", ".github", "workflows", "release.yml"))
 	if err != nil {
@@ -152,11 +160,71 @@ func TestReleaseWorkflow(t *testing.T) {
 			t.Errorf("release.yml runs no %q", want)
 		}
 	}
-	// Every file of a release: what hack/release writes for the tag.
-	for _, f := range []string{"dist/install.yaml", "dist/fenceconfig.yaml", "dist/webhook-image.oci.tar", "dist/webhook.spdx.json", "dist/SHA256SUMS", `"dist/sandbox-fence-${GITHUB_REF_NAME#v}.tgz"`} {
-		if !strings.Contains(all, "gh release create") || !strings.Contains(all, f) {
-			t.Errorf("release.yml does not attach %s to the release", f)
+	if wf.Permissions["contents"] != "write" || wf.Permissions["packages"] != "write" {
+		t.Errorf("release.yml permissions %v: want contents: write (the GitHub release) and packages: write (GITHUB_TOKEN's push to ghcr.io)", wf.Permissions)
+	}
+
+	// The registry, the repository and the credential are configurable,
+	// ghcr.io and the workflow's own token by default; the image is passed
+	// to make release, so install.yaml pins what is pushed.
+	env := map[string]string{}
+	var login wfStep
+	for _, j := range wf.Jobs {
+		for k, v := range j.Env {
+			env[k] = v
 		}
+		for _, st := range j.Steps {
+			if strings.Contains(st.Run, "auth login") {
+				login = st
+			}
+		}
+	}
+	for _, tc := range []struct{ name, value, want string }{
+		{"REGISTRY", env["REGISTRY"], "${{ vars.RELEASE_REGISTRY || 'ghcr.io' }}"},
+		{"RELEASE_IMAGE", env["RELEASE_IMAGE"], "${{ vars.RELEASE_IMAGE || format('{0}/{1}/sandbox-fence-webhook', vars.RELEASE_REGISTRY || 'ghcr.io', github.repository_owner) }}"},
+		{"REGISTRY_USERNAME", env["REGISTRY_USERNAME"], "${{ vars.RELEASE_REGISTRY_USERNAME || github.actor }}"},
+		{"the login's REGISTRY_PASSWORD", login.Env["REGISTRY_PASSWORD"], "${{ secrets.RELEASE_REGISTRY_TOKEN || secrets.GITHUB_TOKEN }}"},
+	} {
+		if tc.value != tc.want {
+			t.Errorf("release.yml %s = %q, want %q", tc.name, tc.value, tc.want)
+		}
+	}
+	for _, want := range []string{
+		`make release VERSION="${GITHUB_REF_NAME}" RELEASE_IMAGE="${RELEASE_IMAGE}"`,
+		`auth login "${REGISTRY}" -u "${REGISTRY_USERNAME}" --password-stdin`,
+		`crane push --index "${layout}" "${RELEASE_IMAGE}:${GITHUB_REF_NAME}"`,
+		`"${REGISTRY}"/*) ;;`, // the image is on the registry logged in to
+	} {
+		if !strings.Contains(strings.ReplaceAll(all, "$crane ", "crane "), want) {
+			t.Errorf("release.yml runs no %q", want)
+		}
+	}
+	if strings.Contains(all, "secrets.") {
+		t.Error("release.yml puts a secret into a script's text; pass it through env")
+	}
+
+	// Every file of a release, no other: what hack/release writes for the
+	// tag (its Files, read from its source: e2e does not import hack).
+	want, err := releaseFiles(filepath.Join("..", "hack", "release", "main.go"), "${GITHUB_REF_NAME#v}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attached []string
+	for _, line := range strings.Split(all, "\n") {
+		args, ok := strings.CutPrefix(strings.TrimSpace(line), "gh release create ")
+		if !ok {
+			continue
+		}
+		for _, a := range strings.Fields(args) {
+			if f, ok := strings.CutPrefix(strings.Trim(a, `"`), "dist/"); ok {
+				attached = append(attached, f)
+			}
+		}
+	}
+	slices.Sort(attached)
+	slices.Sort(want)
+	if d := cmp.Diff(want, attached); d != "" {
+		t.Errorf("files release.yml attaches against hack/release's Files (-Files +attached):\n%s", d)
 	}
 	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
 	if err != nil {
@@ -165,4 +233,62 @@ func TestReleaseWorkflow(t *testing.T) {
 	if !strings.Contains(string(mk), "\nrelease:") {
 		t.Error("Makefile has no target release that the workflow calls")
 	}
+	if !strings.Contains(string(mk), "-image $(RELEASE_IMAGE)") {
+		t.Error("Makefile's release does not pass RELEASE_IMAGE to hack/release's -image")
+	}
+}
+
+// releaseFiles evaluates hack/release's Files(chartVersion) from its source:
+// a return of string literals and concatenations with the parameter, which
+// stands for param.
+func releaseFiles(path, param string) ([]string, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	var eval func(ast.Expr) (string, error)
+	eval = func(e ast.Expr) (string, error) {
+		switch x := e.(type) {
+		case *ast.BasicLit:
+			if x.Kind == token.STRING {
+				return strconv.Unquote(x.Value)
+			}
+		case *ast.Ident:
+			return param, nil
+		case *ast.BinaryExpr:
+			if x.Op == token.ADD {
+				a, err := eval(x.X)
+				if err != nil {
+					return "", err
+				}
+				b, err := eval(x.Y)
+				return a + b, err
+			}
+		}
+		return "", fmt.Errorf("%s: Files: %T is not a string literal, the parameter, or their sum", path, e)
+	}
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "Files" || fn.Recv != nil || len(fn.Body.List) != 1 {
+			continue
+		}
+		ret, _ := fn.Body.List[0].(*ast.ReturnStmt)
+		if ret == nil || len(ret.Results) != 1 {
+			break
+		}
+		lit, _ := ret.Results[0].(*ast.CompositeLit)
+		if lit == nil {
+			break
+		}
+		var out []string
+		for _, e := range lit.Elts {
+			s, err := eval(e)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%s: no func Files(string) []string { return []string{...} }", path)
 }

@@ -231,6 +231,83 @@ func TestChartAnyNamespaceAnyImage(t *testing.T) {
 	}
 }
 
+// The values an admin sets beside the switches, each against the
+// kustomization that does the same (docs/install.md, "Install with Helm",
+// the table's kustomize column), with either certificate source: replicas
+// is kustomize's replicas field, priorityClassName a patch of the
+// Deployment's pod template, fenceConfig the FenceConfig's spec (hosts and
+// break-glass identities, docs/install.md "Configure"). Each kustomization
+// must change the default rendering, or a value Helm ignored would compare
+// equal to a patch kustomize ignored.
+func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
+	ch := loadChart(t)
+	fence := map[string]any{
+		"hosts": []any{
+			map[string]any{"username": "system:serviceaccount:team-a:sandbox-host", "namespaces": []any{"team-a"}},
+			map[string]any{"username": "system:serviceaccount:team-b:sandbox-host", "namespaces": []any{"team-b", "team-b-batch"}},
+		},
+		"breakGlass": map[string]any{"users": []any{"alice@example.com"}, "groups": []any{"platform:sandbox-break-glass"}},
+	}
+	fenceYAML, err := yaml.Marshal(map[string]any{
+		"apiVersion": "fence.sandbox.namzu.ai/v1alpha1", "kind": "FenceConfig",
+		"metadata": map[string]any{"name": "sandbox-fence"}, "spec": fence,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, certs := range []string{"cert-controller", "cert-manager"} {
+		c := Combo{"on", certs, "off", "off"}
+		base := byKey(t, tst.RenderKustomization(t, filepath.Join(root, "config"), Kustomization(c, "", nil)))
+		for _, tc := range []struct {
+			name   string
+			vals   map[string]any
+			edit   map[string]any // added to the kustomization
+			object string         // what the value changes, kind/namespace/name
+		}{
+			{
+				name:   "replicas 3 is kustomize's replicas",
+				vals:   map[string]any{"replicas": 3},
+				edit:   map[string]any{"replicas": []map[string]any{{"name": "sandbox-fence-webhook", "count": 3}}},
+				object: "Deployment/sandbox-fence-system/sandbox-fence-webhook",
+			},
+			{
+				name: "priorityClassName is a patch of the pod template",
+				vals: map[string]any{"priorityClassName": "sandbox-fence-critical"},
+				edit: map[string]any{"patches": []map[string]any{{
+					"target": map[string]any{"kind": "Deployment", "name": "sandbox-fence-webhook"},
+					"patch":  "[{\"op\": \"replace\", \"path\": \"/spec/template/spec/priorityClassName\", \"value\": \"sandbox-fence-critical\"}]",
+				}}},
+				object: "Deployment/sandbox-fence-system/sandbox-fence-webhook",
+			},
+			{
+				name: "fenceConfig with hosts and breakGlass is the FenceConfig's spec",
+				vals: map[string]any{"fenceConfig": fence},
+				edit: map[string]any{"patches": []map[string]any{{
+					"target": map[string]any{"kind": "FenceConfig", "name": "sandbox-fence"},
+					"patch":  string(fenceYAML),
+				}}},
+				object: "FenceConfig//sandbox-fence",
+			},
+		} {
+			t.Run(certs+"/"+tc.name, func(t *testing.T) {
+				k := Kustomization(c, "", nil)
+				for key, v := range tc.edit {
+					k[key] = v
+				}
+				kobjs := tst.RenderKustomization(t, filepath.Join(root, "config"), k)
+				if got := byKey(t, kobjs)[tc.object]; got == nil || reflect.DeepEqual(got, base[tc.object]) {
+					t.Fatalf("the kustomization %v leaves %s as the defaults render it", tc.edit, tc.object)
+				}
+				vals := map[string]any{"webhook": map[string]any{"certificates": certs}}
+				for key, v := range tc.vals {
+					vals[key] = v
+				}
+				compare(t, tc.name, kobjs, helmTemplate(t, ch, vals))
+			})
+		}
+	}
+}
+
 // Helm's own linter finds nothing above INFO, with the default values and
 // with every switch flipped.
 func TestChartLints(t *testing.T) {

@@ -5,8 +5,9 @@
 //     linux/arm64 under one OCI image index (hack/image -oci), an OCI
 //     image-layout tarball that `crane push --index` publishes;
 //   - install.yaml: config/default rendered with the image pinned by the
-//     index digest, ordered for one `kubectl apply` (CRD and Namespace
-//     first), without the FenceConfig;
+//     index digest, CRD and Namespace first, without the FenceConfig: on an
+//     empty cluster its CRD alone (the version gate, selected by its label),
+//     then the whole file;
 //   - fenceconfig.yaml: the FenceConfig, to apply once the hosts are in it;
 //   - sandbox-fence-<version>.tgz: the Helm chart (hack/chart) with that
 //     version and image;
@@ -54,6 +55,22 @@ const DefaultImage = "ghcr.io/sandbox-fence/sandbox-fence-webhook"
 const devImage = "sandbox-fence/webhook"
 
 var semver = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+
+// Files are the names a release of chartVersion (VERSION without its v)
+// consists of, in name order: what run writes into -out and what
+// .github/workflows/release.yml attaches to the GitHub release
+// (TestTheWorkflowAttachesEveryReleaseFile here; e2e/ci_test.go's
+// TestReleaseWorkflow reads this list from this file's source).
+func Files(chartVersion string) []string {
+	return []string{
+		"SHA256SUMS",
+		"fenceconfig.yaml",
+		"install.yaml",
+		"sandbox-fence-" + chartVersion + ".tgz",
+		"webhook-image.oci.tar",
+		"webhook.spdx.json",
+	}
+}
 
 type options struct {
 	Version string // vX.Y.Z
@@ -169,6 +186,19 @@ func run(ctx context.Context, o options) error {
 	}
 	if err := os.WriteFile(filepath.Join(out, "SHA256SUMS"), sums, 0o644); err != nil {
 		return err
+	}
+	// The workflow attaches Files' list, not the directory: a file written
+	// here but not listed would be left out of the release.
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		return err
+	}
+	var wrote []string
+	for _, e := range entries {
+		wrote = append(wrote, e.Name())
+	}
+	if want := Files(strings.TrimPrefix(o.Version, "v")); !slices.Equal(wrote, want) {
+		return fmt.Errorf("wrote %v into %s, but a release is %v (Files)", wrote, out, want)
 	}
 	fmt.Printf("release %s in %s: image %s\n", o.Version, out, pinned)
 	return nil

@@ -1,56 +1,449 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"sigs.k8s.io/yaml"
 )
+
+// testVersion is the VERSION the tests release.
+const testVersion = "v0.0.1-test"
+
+var (
+	shared struct {
+		once sync.Once
+		dir  string // the release's -out
+		err  error
+	}
+	sharedRoot string // removed after the tests
+)
+
+func TestMain(m *testing.M) {
+	os.Unsetenv("SOURCE_DATE_EPOCH") // from the commit, as make release does
+	// The go commands a release runs get make's build configuration
+	// (Makefile: CGO_ENABLED=0, GOFLAGS with -trimpath), so they reuse what
+	// make and the other tests compiled.
+	os.Setenv("CGO_ENABLED", "0")
+	if f := os.Getenv("GOFLAGS"); !slices.Contains(strings.Fields(f), "-trimpath") {
+		os.Setenv("GOFLAGS", strings.TrimSpace(f+" -trimpath"))
+	}
+	code := m.Run()
+	if sharedRoot != "" {
+		os.RemoveAll(sharedRoot)
+	}
+	os.Exit(code)
+}
+
+// release is one make release of testVersion, built once for every test
+// that reads its files (a release cross-compiles the webhook twice).
+func release(t *testing.T) string {
+	t.Helper()
+	shared.once.Do(func() {
+		sharedRoot, shared.err = os.MkdirTemp("", "sandbox-fence-release-test-")
+		if shared.err != nil {
+			return
+		}
+		shared.dir = filepath.Join(sharedRoot, "dist")
+		shared.err = run(context.Background(), options{Version: testVersion, Image: DefaultImage, Out: shared.dir, Root: "../.."})
+	})
+	if shared.err != nil {
+		t.Fatalf("make release VERSION=%s: %v", testVersion, shared.err)
+	}
+	return shared.dir
+}
+
+func readFile(t *testing.T, dir, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var pinnedImage = regexp.MustCompile(`(?m)^ +image: (\S+)$`)
+
+// pinned is the one image install.yaml runs, and its digest.
+func pinned(t *testing.T, dir string) (ref, digest string) {
+	t.Helper()
+	var refs []string
+	for _, m := range pinnedImage.FindAllStringSubmatch(string(readFile(t, dir, "install.yaml")), -1) {
+		if !slices.Contains(refs, m[1]) {
+			refs = append(refs, m[1])
+		}
+	}
+	if len(refs) != 1 {
+		t.Fatalf("install.yaml runs images %v, want one", refs)
+	}
+	repo, d, ok := strings.Cut(refs[0], "@")
+	if !ok || repo != DefaultImage || !regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(d) {
+		t.Fatalf("install.yaml runs %s, want %s pinned by digest", refs[0], DefaultImage)
+	}
+	return refs[0], d
+}
 
 // Two releases of the same commit into two directories are identical, byte
 // for byte (SHA256SUMS equal), and hold every file the workflow attaches.
 // Cross-compiles the webhook for amd64 and arm64 twice (cached after the
 // first run).
 func TestReleaseIsReproducible(t *testing.T) {
-	os.Unsetenv("SOURCE_DATE_EPOCH") // from the commit, as make release does
+	first := release(t)
+	second := filepath.Join(t.TempDir(), "dist")
+	if err := run(context.Background(), options{Version: testVersion, Image: DefaultImage, Out: second, Root: "../.."}); err != nil {
+		t.Fatal(err)
+	}
 	var sums []string
-	for i := range 2 {
-		out := filepath.Join(t.TempDir(), "dist")
-		if err := run(context.Background(), options{Version: "v0.0.1-test", Image: DefaultImage, Out: out, Root: "../.."}); err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(out, "SHA256SUMS"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sums = append(sums, string(b))
-		if i == 0 {
-			var names []string
-			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-				names = append(names, strings.Fields(line)[1])
-			}
-			want := []string{"fenceconfig.yaml", "install.yaml", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
-			if !slices.Equal(names, want) {
-				t.Errorf("release files %v, want %v", names, want)
-			}
-			inst, _ := os.ReadFile(filepath.Join(out, "install.yaml"))
-			if !strings.Contains(string(inst), "image: "+DefaultImage+"@sha256:") {
-				t.Errorf("install.yaml does not pin %s by digest", DefaultImage)
-			}
-			// One kubectl apply cannot create a CRD and an object of it:
-			// install.yaml holds no FenceConfig, fenceconfig.yaml only it.
-			cfg, _ := os.ReadFile(filepath.Join(out, "fenceconfig.yaml"))
-			if n := strings.Count(string(inst), "\nkind: FenceConfig\n"); n != 0 {
-				t.Errorf("install.yaml holds %d FenceConfig objects; one kubectl apply of it would fail to map them", n)
-			}
-			if n := strings.Count(string(cfg), "\nkind: FenceConfig\n"); n != 1 || strings.Count(string(cfg), "\nkind: ") != 1 {
-				t.Errorf("fenceconfig.yaml holds %d FenceConfig objects of %d, want the one and nothing else:\n%s", n, strings.Count(string(cfg), "\nkind: "), cfg)
-			}
-		}
+	for _, out := range []string{first, second} {
+		sums = append(sums, string(readFile(t, out, "SHA256SUMS")))
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(sums[0]), "\n") {
+		names = append(names, strings.Fields(line)[1])
+	}
+	want := []string{"fenceconfig.yaml", "install.yaml", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
+	if !slices.Equal(names, want) {
+		t.Errorf("release files %v, want %v", names, want)
+	}
+	if want := append([]string{"SHA256SUMS"}, want...); !slices.Equal(Files("0.0.1-test"), want) {
+		t.Errorf("Files = %v, want %v", Files("0.0.1-test"), want)
+	}
+	inst := readFile(t, first, "install.yaml")
+	pinned(t, first)
+	// One kubectl apply cannot create a CRD and an object of it:
+	// install.yaml holds no FenceConfig, fenceconfig.yaml only it.
+	cfg := readFile(t, first, "fenceconfig.yaml")
+	if n := strings.Count(string(inst), "\nkind: FenceConfig\n"); n != 0 {
+		t.Errorf("install.yaml holds %d FenceConfig objects; one kubectl apply of it would fail to map them", n)
+	}
+	if n := strings.Count(string(cfg), "\nkind: FenceConfig\n"); n != 1 || strings.Count(string(cfg), "\nkind: ") != 1 {
+		t.Errorf("fenceconfig.yaml holds %d FenceConfig objects of %d, want the one and nothing else:\n%s", n, strings.Count(string(cfg), "\nkind: "), cfg)
 	}
 	if sums[0] != sums[1] {
 		t.Errorf("two releases of one commit differ:\n%s\n%s", sums[0], sums[1])
+	}
+}
+
+// imageIndex opens the release's OCI image-layout tarball as crane push
+// --index reads it (unpacked), and returns its index.
+func imageIndex(t *testing.T, dir string) v1.ImageIndex {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "webhook-image.oci.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lay := t.TempDir()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(lay, filepath.FromSlash(h.Name))
+		if !strings.HasPrefix(p, lay+string(filepath.Separator)) {
+			t.Fatalf("webhook-image.oci.tar: entry %q outside the layout", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o755)
+		case tar.TypeReg:
+			var b []byte
+			if b, err = io.ReadAll(tr); err == nil {
+				err = os.WriteFile(p, b, 0o644)
+			}
+		default:
+			t.Fatalf("webhook-image.oci.tar: entry %q of type %c", h.Name, h.Typeflag)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	idx, err := layout.ImageIndexFromPath(lay)
+	if err != nil {
+		t.Fatalf("webhook-image.oci.tar is no OCI image layout: %v", err)
+	}
+	return idx
+}
+
+// webhookBinary is /webhook of img, the binary the image runs.
+func webhookBinary(t *testing.T, img v1.Image) []byte {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			t.Fatal("the image holds no /webhook")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimPrefix(h.Name, "/") == "webhook" {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+}
+
+// The image index install.yaml pins holds exactly one image for linux/amd64
+// and one for linux/arm64 (docs/install.md, "Install from a release": the
+// nodes pull theirs by the index's digest), each of an OCI manifest whose
+// configuration says the same platform.
+func TestReleaseImageIndexIsAmd64AndArm64(t *testing.T) {
+	dir := release(t)
+	_, digest := pinned(t, dir)
+	idx := imageIndex(t, dir)
+	d, err := idx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.String() != digest {
+		t.Errorf("the OCI layout's index is %s, install.yaml pins %s", d, digest)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im.MediaType != types.OCIImageIndex {
+		t.Errorf("index media type %s, want %s", im.MediaType, types.OCIImageIndex)
+	}
+	type entry struct {
+		MediaType          types.MediaType
+		Platform, Declared string // the index's descriptor; the image's configuration
+	}
+	var got []entry
+	for _, m := range im.Manifests {
+		e := entry{MediaType: m.MediaType}
+		if m.Platform != nil {
+			e.Platform = m.Platform.OS + "/" + m.Platform.Architecture + m.Platform.Variant
+		}
+		img, err := idx.Image(m.Digest)
+		if err != nil {
+			t.Fatalf("%s (%s): %v", m.Digest, e.Platform, err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Declared = cf.OS + "/" + cf.Architecture + cf.Variant
+		got = append(got, e)
+	}
+	want := []entry{
+		{types.OCIManifestSchema1, "linux/amd64", "linux/amd64"},
+		{types.OCIManifestSchema1, "linux/arm64", "linux/arm64"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the index's manifests (-want +got):\n%s", diff)
+	}
+}
+
+// spdxDoc is the part of an SPDX 2.3 JSON document the release promises.
+type spdxDoc struct {
+	SPDXVersion       string `json:"spdxVersion"`
+	DocumentNamespace string `json:"documentNamespace"`
+	Packages          []struct {
+		Name    string `json:"name"`
+		Version string `json:"versionInfo"`
+	} `json:"packages"`
+	Files []struct {
+		Name      string `json:"fileName"`
+		Checksums []struct {
+			Algorithm string `json:"algorithm"`
+			Value     string `json:"checksumValue"`
+		} `json:"checksums"`
+	} `json:"files"`
+}
+
+// webhook.spdx.json is an SPDX 2.3 document with a namespace of its own
+// whose packages are exactly the modules the shipped binaries' build
+// information lists (go version -m /webhook): the main module at the
+// release's version and every dependency, replacements followed, at its
+// version; and whose files are those binaries, by SHA-256.
+func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
+	dir := release(t)
+	var doc spdxDoc
+	if err := json.Unmarshal(readFile(t, dir, "webhook.spdx.json"), &doc); err != nil {
+		t.Fatalf("webhook.spdx.json: %v", err)
+	}
+	if doc.SPDXVersion != "SPDX-2.3" {
+		t.Errorf("spdxVersion %q, want SPDX-2.3", doc.SPDXVersion)
+	}
+	if u, err := url.Parse(doc.DocumentNamespace); err != nil || u.Scheme != "https" || u.Host == "" || !strings.Contains(doc.DocumentNamespace, testVersion) {
+		t.Errorf("documentNamespace %q: want a unique https URI naming the release", doc.DocumentNamespace)
+	}
+	got := map[string]string{}
+	for _, p := range doc.Packages {
+		if v, dup := got[p.Name]; dup {
+			t.Errorf("package %s listed twice (%s, %s)", p.Name, v, p.Version)
+		}
+		got[p.Name] = p.Version
+	}
+	gotFiles := map[string]string{}
+	for _, f := range doc.Files {
+		for _, c := range f.Checksums {
+			if c.Algorithm == "SHA256" {
+				gotFiles[f.Name] = c.Value
+			}
+		}
+	}
+
+	idx := imageIndex(t, dir)
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) == 0 {
+		t.Fatal("the index holds no image")
+	}
+	wantFiles := map[string]string{}
+	for _, m := range im.Manifests {
+		img, err := idx.Image(m.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := webhookBinary(t, img)
+		platform := m.Platform.OS + "/" + m.Platform.Architecture
+		sum := sha256.Sum256(bin)
+		wantFiles["./webhook ("+platform+")"] = hex.EncodeToString(sum[:])
+		bi, err := buildinfo.Read(bytes.NewReader(bin))
+		if err != nil {
+			t.Fatalf("%s: build information of /webhook: %v", platform, err)
+		}
+		want := map[string]string{bi.Main.Path: testVersion}
+		for _, d := range bi.Deps {
+			for d.Replace != nil {
+				d = d.Replace
+			}
+			want[d.Path] = d.Version
+		}
+		if len(bi.Deps) == 0 {
+			t.Errorf("%s: /webhook's build information lists no dependency", platform)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("webhook.spdx.json's packages against %s /webhook's build information, name → version (-binary +SBOM):\n%s", platform, diff)
+		}
+	}
+	if diff := cmp.Diff(wantFiles, gotFiles); diff != "" {
+		t.Errorf("webhook.spdx.json's files against the images' /webhook, SHA-256 (-images +SBOM):\n%s", diff)
+	}
+}
+
+// chartFiles reads the packaged chart: path under sandbox-fence/ → content.
+func chartFiles(t *testing.T, pkg string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", pkg, err)
+	}
+	tr := tar.NewReader(zr)
+	out := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", pkg, err)
+		}
+		name, ok := strings.CutPrefix(h.Name, "sandbox-fence/")
+		if !ok {
+			t.Errorf("%s: entry %q outside sandbox-fence/, where helm install looks", pkg, h.Name)
+			continue
+		}
+		if out[name], err = io.ReadAll(tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The release's chart is chart version VERSION without its v (appVersion
+// too: hack/chart sets both), its values run the image install.yaml pins,
+// Helm renders that image with the default values, and Helm's linter finds
+// nothing above INFO in the package (hack/chart/inspect: this module does
+// not depend on Helm).
+func TestReleaseChart(t *testing.T) {
+	dir := release(t)
+	ref, digest := pinned(t, dir)
+	chartVersion := strings.TrimPrefix(testVersion, "v")
+	pkg := filepath.Join(dir, "sandbox-fence-"+chartVersion+".tgz")
+	files := chartFiles(t, pkg)
+
+	var meta struct {
+		Name       string `json:"name"`
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(files["Chart.yaml"], &meta); err != nil {
+		t.Fatalf("Chart.yaml: %v", err)
+	}
+	if got, want := []string{meta.Name, meta.Version, meta.AppVersion}, []string{"sandbox-fence", chartVersion, chartVersion}; !slices.Equal(got, want) {
+		t.Errorf("Chart.yaml name, version, appVersion = %q, want %q", got, want)
+	}
+	var vals struct {
+		Image struct {
+			Repository string `json:"repository"`
+			Digest     string `json:"digest"`
+		} `json:"image"`
+	}
+	if err := yaml.Unmarshal(files["values.yaml"], &vals); err != nil {
+		t.Fatalf("values.yaml: %v", err)
+	}
+	if got := vals.Image.Repository + "@" + vals.Image.Digest; vals.Image.Digest != digest || got != ref {
+		t.Errorf("values.yaml image %s, install.yaml pins %s", got, ref)
+	}
+
+	abs, err := filepath.Abs(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./inspect", abs)
+	cmd.Dir = filepath.Join("..", "chart")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/chart/inspect %s: %v\n%s", pkg, err, stderr.Bytes())
+	}
+	var rendered []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		rendered = append(rendered, strings.TrimPrefix(line, "image: "))
+	}
+	if !slices.Equal(rendered, []string{ref}) {
+		t.Errorf("helm template %s runs images %v, want [%s] (install.yaml's)", filepath.Base(pkg), rendered, ref)
 	}
 }
