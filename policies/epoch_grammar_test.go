@@ -5,30 +5,49 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/sandbox-fence/sandbox-fence/internal/testing/epochs"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
+// sandboxWithEpoch is a Sandbox in sbx carrying raw as its holder epoch.
+func sandboxWithEpoch(raw string) map[string]any {
+	return map[string]any{
+		"apiVersion": "agents.x-k8s.io/v1beta1",
+		"kind":       "Sandbox",
+		"metadata": map[string]any{
+			"name": "ws-1", "namespace": "sbx", "resourceVersion": "1001",
+			"annotations": map[string]any{fence.AnnotationHolderEpoch: raw},
+		},
+		"spec": map[string]any{"operatingMode": "Running", "podTemplate": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "main", "image": "namzu/agent:1"}},
+		}}},
+	}
+}
+
 // createWithEpoch is a bound host's CREATE of a Sandbox carrying raw as its
 // holder epoch: the write whose verdict is the grammar alone (contract §3.6
 // rule 1), since nothing is stored yet to compare with.
 func createWithEpoch(raw string) vapeval.CaseInput {
-	return vapeval.CaseInput{
-		Operation: "CREATE",
-		User:      "system:serviceaccount:sbx:sandbox-host",
-		Object: map[string]any{
-			"apiVersion": "agents.x-k8s.io/v1beta1",
-			"kind":       "Sandbox",
-			"metadata": map[string]any{
-				"name": "ws-1", "namespace": "sbx", "resourceVersion": "1001",
-				"annotations": map[string]any{fence.AnnotationHolderEpoch: raw},
-			},
-			"spec": map[string]any{"operatingMode": "Running", "podTemplate": map[string]any{"spec": map[string]any{
-				"containers": []any{map[string]any{"name": "main", "image": "namzu/agent:1"}},
-			}}},
-		},
-	}
+	return vapeval.CaseInput{Operation: "CREATE", User: hostUser, Object: sandboxWithEpoch(raw)}
+}
+
+// removeEpoch is a bound host's UPDATE that removes a stored holder epoch
+// raw: a write that reads the stored value (contract §3.6 rules 5 and 6).
+func removeEpoch(raw string) vapeval.CaseInput {
+	return vapeval.CaseInput{Operation: "UPDATE", User: hostUser, OldObject: sandboxWithEpoch(raw), JSONPatch: []any{
+		map[string]any{"op": "remove", "path": "/metadata/annotations/" + strings.ReplaceAll(fence.AnnotationHolderEpoch, "/", "~1")},
+	}}
+}
+
+// deleteWithEpoch is a bound host's unconditional DELETE of a Sandbox whose
+// stored holder epoch is raw (contract §8.4).
+func deleteWithEpoch(raw string) vapeval.CaseInput {
+	return vapeval.CaseInput{Operation: "DELETE", User: hostUser, OldObject: sandboxWithEpoch(raw)}
 }
 
 // epochCase is the case the corpus line e implies: admitted when well
@@ -67,9 +86,10 @@ func TestHolderEpochGrammarCorpus(t *testing.T) {
 	t.Logf("%d generated cases", len(corpus))
 }
 
-// FuzzHolderEpochGrammar is the differential check of the two grammars:
-// the holder-epoch policy's CEL (through the API server's own plugin) must
-// admit exactly the strings fence.ParseEpoch accepts. Seeded with the
+// FuzzHolderEpochGrammar is the differential check of the grammars: the
+// holder-epoch policy's CEL (through the API server's own plugin) must
+// admit exactly the strings fence.ParseEpoch accepts, and every CEL copy of
+// the grammar (epochCopies) must read them alike. Seeded with the
 // corpus. An annotation value reaches the API server as JSON text, whose
 // decoder replaces each invalid UTF-8 byte sequence with U+FFFD, so an
 // invalid input is checked as the string the server would hold.
@@ -82,6 +102,7 @@ func FuzzHolderEpochGrammar(f *testing.F) {
 		f.Add(e.Raw)
 	}
 	h := newHarnesses(f).forParams(vapeval.CaseParams{})
+	probes := startEpochProbes(f)
 	f.Fuzz(func(t *testing.T, raw string) {
 		raw = strings.ToValidUTF8(raw, "\uFFFD")
 		v, err := h.Run(context.Background(), createWithEpoch(raw))
@@ -97,5 +118,162 @@ func FuzzHolderEpochGrammar(f *testing.F) {
 		case perr != nil && v.Code != 422:
 			t.Fatalf("%q denied with %d, want 422: %s", raw, v.Code, v.Message)
 		}
+		for _, p := range probes {
+			if well := p.wellFormed(t, raw); well != (perr == nil) {
+				t.Fatalf("%s %s reads %q as well formed %v, ParseEpoch %v", p.dir, p.name, raw, well, perr == nil)
+			}
+		}
 	})
+}
+
+// epochGrammar is the piece every CEL copy of the contract §3.1 grammar
+// holds; the digit bound keeps int() from overflowing before the MaxEpoch
+// comparison.
+const epochGrammar = `.matches('^(0|[1-9][0-9]{0,15})$')`
+
+// epochCopy is one place a policy writes the contract §3.1 grammar in CEL.
+// CEL has no user-defined functions and each policy reads the epoch of its
+// own request, so the grammar is written four times; each copy is held to
+// fence.ParseEpoch by a probe: its policy as shipped (match conditions and
+// variables) with the validations replaced by one that holds, so the
+// request is admitted, exactly when the copy reads the epoch as well formed.
+type epochCopy struct {
+	// dir is the policy's directory under policies/.
+	dir string
+	// name is the variable or match condition that holds the copy.
+	name string
+	// probe is the one validation. The match condition's copy is probed by
+	// false: the condition matches only a malformed stored value, so a
+	// request it skips (admitted) is one it read as well formed.
+	probe string
+	// request carries raw where the copy reads it.
+	request func(raw string) vapeval.CaseInput
+}
+
+var epochCopies = []epochCopy{
+	{dir: "holder-epoch", name: "newWell", probe: "variables.newWell", request: createWithEpoch},
+	{dir: "holder-epoch", name: "oldWell", probe: "variables.oldWell", request: removeEpoch},
+	{dir: "holder-epoch-repair", name: "changes-malformed-epoch", probe: "false", request: removeEpoch},
+	{dir: "strict-delete", name: "epochWell", probe: "variables.epochWell", request: deleteWithEpoch},
+}
+
+// probeMessage denies what a probe reads as malformed; any other denial is
+// the probe failing (failurePolicy Fail surfaces a CEL error).
+const probeMessage = "holder-epoch: probe: the copy reads the holder epoch as malformed"
+
+// epochProbe is an epochCopy's probe, started.
+type epochProbe struct {
+	epochCopy
+	h *vapeval.Harness
+}
+
+// wellFormed reports whether the copy reads raw as well formed.
+func (p epochProbe) wellFormed(t testing.TB, raw string) bool {
+	t.Helper()
+	v, err := p.h.Run(context.Background(), p.request(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.Allowed && (v.Code != 422 || !strings.Contains(v.Message, probeMessage)) {
+		t.Fatalf("%s %s: %q denied by something other than the probe (%d): %s", p.dir, p.name, raw, v.Code, v.Message)
+	}
+	return v.Allowed
+}
+
+// startEpochProbes starts one probe per copy, after checking that each
+// named copy still holds the grammar and that the bundle holds no other.
+func startEpochProbes(t testing.TB) []epochProbe {
+	t.Helper()
+	found := 0
+	for _, p := range loadBundle(t) {
+		for _, e := range policyExpressions(p.Policy) {
+			found += strings.Count(e, epochGrammar)
+		}
+	}
+	if found != len(epochCopies) {
+		t.Fatalf("the policies write the holder-epoch grammar %s %d times, epochCopies probes %d: probe a new copy, and keep an edited one the grammar", epochGrammar, found, len(epochCopies))
+	}
+	// strict-delete matches only while spec.strictDelete is set.
+	params := defaultParams(t)
+	if err := unstructured.SetNestedField(params.Object, true, "spec", "strictDelete"); err != nil {
+		t.Fatal(err)
+	}
+	fail, invalid := admissionregistrationv1.Fail, metav1.StatusReasonInvalid
+	var out []epochProbe
+	for _, c := range epochCopies {
+		p, err := vapeval.LoadPolicyDir(c.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(namedExpression(p.Policy, c.name), epochGrammar); n != 1 {
+			t.Fatalf("%s %s holds the holder-epoch grammar %d times, want once", c.dir, c.name, n)
+		}
+		p.Policy.Spec.Validations = []admissionregistrationv1.Validation{{Expression: c.probe, Message: probeMessage, Reason: &invalid}}
+		p.Policy.Spec.AuditAnnotations = nil
+		p.Policy.Spec.FailurePolicy = &fail
+		h, err := vapeval.Start(context.Background(), vapeval.Env{
+			Policies: []*vapeval.PolicyDir{p}, Params: []*unstructured.Unstructured{params}, ParamCRDs: paramCRDs(t),
+			Namespaces: namespaces(t), Resources: vapeval.Resources,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		out = append(out, epochProbe{epochCopy: c, h: h})
+	}
+	return out
+}
+
+// policyExpressions are every CEL expression of p.
+func policyExpressions(p *admissionregistrationv1.ValidatingAdmissionPolicy) []string {
+	var out []string
+	for _, m := range p.Spec.MatchConditions {
+		out = append(out, m.Expression)
+	}
+	for _, v := range p.Spec.Variables {
+		out = append(out, v.Expression)
+	}
+	for _, v := range p.Spec.Validations {
+		out = append(out, v.Expression, v.MessageExpression)
+	}
+	for _, a := range p.Spec.AuditAnnotations {
+		out = append(out, a.ValueExpression)
+	}
+	return out
+}
+
+// namedExpression is p's variable or match condition called name.
+func namedExpression(p *admissionregistrationv1.ValidatingAdmissionPolicy, name string) string {
+	for _, m := range p.Spec.MatchConditions {
+		if m.Name == name {
+			return m.Expression
+		}
+	}
+	for _, v := range p.Spec.Variables {
+		if v.Name == name {
+			return v.Expression
+		}
+	}
+	return ""
+}
+
+// TestEveryHolderEpochGrammarCopyReadsTheCorpus runs every line of the
+// committed corpus through each CEL copy of the grammar: each must read as
+// well formed exactly the lines fence.ParseEpoch accepts (pkg/fence's
+// TestParseEpoch holds the parser to the same lines), so a copy edited in
+// one policy, the way repeats drift, fails here.
+func TestEveryHolderEpochGrammarCopyReadsTheCorpus(t *testing.T) {
+	corpus, err := epochs.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range startEpochProbes(t) {
+		t.Run(p.dir+"/"+p.name, func(t *testing.T) {
+			for _, e := range corpus {
+				if well := p.wellFormed(t, e.Raw); well == e.Malformed {
+					t.Errorf("%s: read as well formed %v, want %v", e.Name(), well, !e.Malformed)
+				}
+			}
+		})
+	}
 }
