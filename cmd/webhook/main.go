@@ -47,6 +47,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 func main() {
@@ -173,7 +174,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		Owners:        &webhook.CachedOwners{Cache: mgr.GetCache(), Live: live, DropConnections: dropLive, Metrics: m},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
-	}, "cilium.io/v2", "CiliumNetworkPolicy"))
+	}, fence.CiliumNetworkPolicyGVK.GroupVersion().String(), fence.CiliumNetworkPolicyGVK.Kind))
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err

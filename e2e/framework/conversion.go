@@ -12,7 +12,7 @@ import (
 // upstream with spec.conversion stripped). With the upstream conversion
 // webhook named but absent, every v1alpha1 request fails, so those cases skip.
 func ConversionServed(ctx context.Context, e *Env) (bool, error) {
-	crd, err := e.Admin.Dynamic.Resource(CRDGVR).Get(ctx, "sandboxes.agents.x-k8s.io", metav1.GetOptions{})
+	crd, err := e.Admin.Dynamic.Resource(CRDGVR).Get(ctx, SandboxGVR.GroupResource().String(), metav1.GetOptions{})
 	if err != nil {
 		return false, err
 	}

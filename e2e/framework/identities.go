@@ -39,13 +39,13 @@ func Impersonating(admin *rest.Config) MintUser {
 // PATCH, so a PUT by the host must fail on RBAC before admission.
 func HostRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
-		{APIGroups: []string{"agents.x-k8s.io"}, Resources: []string{"sandboxes"}, Verbs: []string{"create", "get", "list", "patch", "delete"}},
-		{APIGroups: []string{"extensions.agents.x-k8s.io"}, Resources: []string{"sandboxclaims"}, Verbs: []string{"create", "get", "list", "patch", "delete"}},
-		{APIGroups: []string{"extensions.agents.x-k8s.io"}, Resources: []string{"sandboxtemplates", "sandboxwarmpools"}, Verbs: []string{"get"}},
+		{APIGroups: []string{SandboxGVR.Group}, Resources: []string{SandboxGVR.Resource}, Verbs: []string{"create", "get", "list", "patch", "delete"}},
+		{APIGroups: []string{ClaimGVR.Group}, Resources: []string{ClaimGVR.Resource}, Verbs: []string{"create", "get", "list", "patch", "delete"}},
+		{APIGroups: []string{ClaimGVR.Group}, Resources: []string{"sandboxtemplates", "sandboxwarmpools"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "list"}},
-		{APIGroups: []string{"cilium.io"}, Resources: []string{"ciliumnetworkpolicies"}, Verbs: []string{"get", "list", "create", "patch", "delete"}},
+		{APIGroups: []string{CNPGVR.Group}, Resources: []string{CNPGVR.Resource}, Verbs: []string{"get", "list", "create", "patch", "delete"}},
 	}
 }
 
@@ -53,8 +53,8 @@ func HostRules() []rbacv1.PolicyRule {
 // (contract §4.1: it refuses to write when the policy or binding is unreadable).
 func HostClusterRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{
-		APIGroups: []string{"admissionregistration.k8s.io"},
-		Resources: []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+		APIGroups: []string{VAPGVR.Group},
+		Resources: []string{VAPGVR.Resource, VAPBindingGVR.Resource},
 		Verbs:     []string{"get"},
 	}}
 }
@@ -96,9 +96,9 @@ func (e *Env) SetupIdentities(ctx context.Context, mint MintUser) error {
 			"rbac.authorization.k8s.io/aggregate-to-admin": "true",
 		}},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"agents.x-k8s.io"}, Resources: []string{"sandboxes", "sandboxes/status"}, Verbs: []string{"*"}},
-			{APIGroups: []string{"extensions.agents.x-k8s.io"}, Resources: []string{"*"}, Verbs: []string{"*"}},
-			{APIGroups: []string{"cilium.io"}, Resources: []string{"ciliumnetworkpolicies"}, Verbs: []string{"*"}},
+			{APIGroups: []string{SandboxGVR.Group}, Resources: []string{SandboxGVR.Resource, SandboxGVR.Resource + "/status"}, Verbs: []string{"*"}},
+			{APIGroups: []string{ClaimGVR.Group}, Resources: []string{"*"}, Verbs: []string{"*"}},
+			{APIGroups: []string{CNPGVR.Group}, Resources: []string{CNPGVR.Resource}, Verbs: []string{"*"}},
 		},
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -112,7 +112,7 @@ func (e *Env) SetupIdentities(ctx context.Context, mint MintUser) error {
 	}
 	// The aggregation controller folds the rules in asynchronously.
 	if err := e.WaitAllowed(ctx, e.Operator, authzv1.ResourceAttributes{
-		Namespace: HostNamespace, Verb: "create", Group: "cilium.io", Resource: "ciliumnetworkpolicies",
+		Namespace: HostNamespace, Verb: "create", Group: CNPGVR.Group, Resource: CNPGVR.Resource,
 	}); err != nil {
 		return err
 	}
@@ -122,7 +122,7 @@ func (e *Env) SetupIdentities(ctx context.Context, mint MintUser) error {
 	if _, err := kc.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "sandbox-fence-break-glass"},
 		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{"agents.x-k8s.io"}, Resources: []string{"sandboxes"},
+			APIGroups: []string{SandboxGVR.Group}, Resources: []string{SandboxGVR.Resource},
 			Verbs: []string{"get", "list", "patch", "update"},
 		}},
 	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

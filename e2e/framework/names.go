@@ -5,6 +5,7 @@
 package framework
 
 import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
@@ -53,13 +54,13 @@ func ServiceAccountUser(ns, name string) string {
 // Resources the suite touches.
 var (
 	SandboxGVR     = fence.SandboxGVR
-	SandboxV1a1GVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1alpha1", Resource: "sandboxes"}
+	SandboxV1a1GVR = schema.GroupVersion{Group: fence.SandboxGVR.Group, Version: "v1alpha1"}.WithResource(fence.SandboxGVR.Resource)
 	ClaimGVR       = fence.SandboxClaimGVR
 	CNPGVR         = fence.CiliumNetworkPolicyGVR
 	FenceConfigGVR = fencev1.GroupVersionResource
 	CRDGVR         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	VAPGVR         = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}
-	VAPBindingGVR  = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}
+	VAPGVR         = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
+	VAPBindingGVR  = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
 )
 
 // Shipped policy names (the kustomize defaults).

@@ -15,14 +15,15 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // MinKubernetes is the oldest API server the policies run on: the egress
@@ -37,10 +38,10 @@ const (
 
 // CRDs are the custom resources the fence reads or guards.
 var CRDs = []string{
-	"fenceconfigs." + fencev1alpha1.Group,
-	"sandboxes.agents.x-k8s.io",
-	"sandboxclaims.extensions.agents.x-k8s.io",
-	"ciliumnetworkpolicies.cilium.io",
+	fencev1alpha1.GroupVersionResource.GroupResource().String(),
+	fence.SandboxGVR.GroupResource().String(),
+	fence.SandboxClaimGVR.GroupResource().String(),
+	fence.CiliumNetworkPolicyGVR.GroupResource().String(),
 }
 
 // CheckResult is one piece of the installation.
@@ -77,7 +78,7 @@ type CheckOptions struct {
 	DialTimeout time.Duration
 }
 
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+var crdGVR = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
 
 // Check verifies an installation piece by piece and names what is missing
 // or inconsistent.

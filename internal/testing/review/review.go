@@ -40,8 +40,6 @@ const (
 	HostUser  = "system:serviceaccount:sandboxes:sandbox-host"
 )
 
-var claimGVK = schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}
-
 // Owners is how many claims the cache holds; review i names owner i%Owners.
 const Owners = 64
 
@@ -130,14 +128,14 @@ func (m *memReader) Get(_ context.Context, key client.ObjectKey, obj client.Obje
 	switch o := obj.(type) {
 	case *fencev1alpha1.FenceConfig:
 		if m.config == nil || key.Name != m.config.Name {
-			return apierrors.NewNotFound(fencev1alpha1.GroupVersion.WithResource("fenceconfigs").GroupResource(), key.Name)
+			return apierrors.NewNotFound(fencev1alpha1.GroupVersionResource.GroupResource(), key.Name)
 		}
 		m.config.DeepCopyInto(o)
 		return nil
 	case *unstructured.Unstructured:
 		u, ok := m.objects[key]
 		if !ok || u.GroupVersionKind() != o.GroupVersionKind() {
-			return apierrors.NewNotFound(schema.GroupResource{Group: o.GroupVersionKind().Group, Resource: "sandboxclaims"}, key.Name)
+			return apierrors.NewNotFound(schema.GroupResource{Group: o.GroupVersionKind().Group, Resource: fence.SandboxClaimGVR.Resource}, key.Name)
 		}
 		u.DeepCopyInto(o)
 		return nil
@@ -163,7 +161,7 @@ func Handler(reg prometheus.Registerer) http.Handler {
 	mem := &memReader{config: cfg, objects: map[types.NamespacedName]*unstructured.Unstructured{}}
 	for i := range Owners {
 		u := &unstructured.Unstructured{Object: map[string]any{}}
-		u.SetGroupVersionKind(claimGVK)
+		u.SetGroupVersionKind(fence.SandboxClaimGVK)
 		u.SetNamespace(Namespace)
 		u.SetName(ownerName(i))
 		u.SetUID(types.UID(ownerUID(i)))
