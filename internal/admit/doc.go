@@ -9,3 +9,16 @@
 // request, so a denial reaches the client as 422 Invalid with
 // details.causes[].field.
 package admit
+
+// Family is a rule family: the first word of every message about its rules
+// (contract §8.1), so a reader can tell which fence spoke. The webhook's
+// denials, warnings and allowed reasons and kubectl fence's findings all
+// write it through Message, never as a literal.
+type Family string
+
+// CiliumFamily is the family of the CiliumNetworkPolicy rules, here and in
+// the sandbox-fence-cilium-* policies.
+const CiliumFamily Family = "cilium-fence"
+
+// Message opens message with the family: "cilium-fence: " + message.
+func (f Family) Message(message string) string { return string(f) + ": " + message }

@@ -208,8 +208,8 @@ func startHarness(ctx context.Context, in *installed) (*vapeval.Harness, error) 
 		b := in.bindings[i].DeepCopy()
 		b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
 		p := byName[b.Spec.PolicyName].DeepCopy()
-		p.TypeMeta = metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"}
-		b.TypeMeta = metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"}
+		p.TypeMeta = metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"}
+		b.TypeMeta = metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"}
 		// Fresh objects for the fake clients: the cluster's resourceVersions
 		// and uids mean nothing there.
 		p.ObjectMeta = metav1.ObjectMeta{Name: p.Name, Labels: p.Labels}
@@ -248,7 +248,7 @@ func namespaceMissing(nss map[string]*corev1.Namespace, obj *unstructured.Unstru
 func auditSandbox(ctx context.Context, h *vapeval.Harness, sbx *unstructured.Unstructured) ([]Finding, error) {
 	obj := sbx.DeepCopy()
 	// A Sandbox listed without apiVersion would not map to its resource.
-	obj.SetGroupVersionKind(sandboxGVR.GroupVersion().WithKind("Sandbox"))
+	obj.SetGroupVersionKind(fence.SandboxGVK)
 	msg, denied, err := evaluate(ctx, h, obj, &user.DefaultInfo{Name: auditUser})
 	if err != nil || !denied {
 		return nil, err
@@ -272,7 +272,7 @@ func auditPolicy(ctx context.Context, h *vapeval.Harness, spec *fencev1alpha1.Fe
 	// fences bound hosts only (contract §4.3).
 	if host := hostFor(spec, cnp.GetNamespace()); host != "" {
 		obj := cnp.DeepCopy()
-		obj.SetGroupVersionKind(cnpGVR.GroupVersion().WithKind("CiliumNetworkPolicy"))
+		obj.SetGroupVersionKind(fence.CiliumNetworkPolicyGVK)
 		msg, denied, err := evaluate(ctx, h, obj, &user.DefaultInfo{Name: host})
 		if err != nil {
 			return nil, err
@@ -287,7 +287,7 @@ func auditPolicy(ctx context.Context, h *vapeval.Harness, spec *fencev1alpha1.Fe
 		if orphaned(e) {
 			check = CheckOrphanedPolicy
 		}
-		add(check, "webhook", "cilium-fence: "+e.Error())
+		add(check, "webhook", admit.CiliumFamily.Message(e.Error()))
 	}
 	return out, nil
 }

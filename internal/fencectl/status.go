@@ -132,7 +132,7 @@ func Status(ctx context.Context, c Clients, o Options, namespace, name string) (
 			problems = append(problems, e.Error())
 		}
 		for _, m := range append(problems, warnings...) {
-			p.Problems = append(p.Problems, "cilium-fence: "+m)
+			p.Problems = append(p.Problems, admit.CiliumFamily.Message(m))
 		}
 		st.EgressPolicies = append(st.EgressPolicies, p)
 	}

@@ -31,10 +31,6 @@ import (
 // CiliumEgressPath is the path the handler is served on.
 const CiliumEgressPath = "/validate-cilium-egress"
 
-// ciliumFamily is the message prefix (contract §8.1): the rule family, so a
-// client can tell which fence refused it.
-const ciliumFamily = "cilium-fence"
-
 // DefaultLookupTimeout bounds the owner lookups of one request; it is below
 // the webhook's timeoutSeconds (5) so the webhook answers with its own clear
 // message instead of the API server timing it out.
@@ -88,11 +84,11 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	if req.Kind.Group != cnpGK.Group || req.Kind.Kind != cnpGK.Kind || req.SubResource != "" ||
 		(req.Operation != admissionv1.Create && req.Operation != admissionv1.Update && req.Operation != admissionv1.Delete) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed("cilium-fence: only CREATE, UPDATE and DELETE of CiliumNetworkPolicy are checked")
+		return admission.Allowed(admit.CiliumFamily.Message("only CREATE, UPDATE and DELETE of CiliumNetworkPolicy are checked"))
 	}
 	if !mayBeHost(req.UserInfo.Username) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed("cilium-fence: not a ServiceAccount outside kube-system, so never a bound host")
+		return admission.Allowed(admit.CiliumFamily.Message("not a ServiceAccount outside kube-system, so never a bound host"))
 	}
 	// One deadline for everything the request reads, so a cache that is
 	// not synced yet cannot hold the API server's request until its own
@@ -109,23 +105,23 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		// in fenced namespaces reach here.
 		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
 		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
-		return configDenial(ciliumFamily, cnpGK, req.Name, h.Config.Name, err,
+		return configDenial(admit.CiliumFamily, cnpGK, req.Name, h.Config.Name, err,
 			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)")
 	}
 	if req.Operation == admissionv1.Delete {
 		// With the configuration read, the policy judges deletes (the name
 		// prefix and the host's namespaces, contract §4.3 rule 1).
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed("cilium-fence: deletes are judged by the ValidatingAdmissionPolicy")
+		return admission.Allowed(admit.CiliumFamily.Message("deletes are judged by the ValidatingAdmissionPolicy"))
 	}
 	if cfg.Spec.HostFor(req.UserInfo.Username) == nil {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed("cilium-fence: not a bound host")
+		return admission.Allowed(admit.CiliumFamily.Message("not a bound host"))
 	}
 	obj, err := decodeOwnerReferences(req.Object.Raw)
 	if err != nil {
 		h.Metrics.decision(RuleCiliumOwner, VerdictDenied, req.Namespace)
-		return denial(ciliumFamily, cnpGK, req.Name, field.ErrorList{field.Invalid(field.NewPath("object"), nil,
+		return denial(admit.CiliumFamily, cnpGK, req.Name, field.ErrorList{field.Invalid(field.NewPath("object"), nil,
 			"the request's object is not a decodable CiliumNetworkPolicy: "+err.Error())}, nil)
 	}
 	// The request's namespace is authoritative: the owner must live there.
@@ -134,12 +130,12 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	// The stored object is not decoded: the owner rule checks the new state
 	// on its own (an UPDATE exactly like a CREATE), so old is always nil.
 	errs, warnings := admit.ValidateCiliumOwner(lctx, &cfg.Spec, h.Owners, nil, obj)
-	warnings = withFamily(ciliumFamily, warnings)
+	warnings = withFamily(admit.CiliumFamily, warnings)
 	if len(errs) > 0 {
 		verdict := verdictOf(errs)
 		log.Info("denied", "errors", errs.ToAggregate().Error())
 		h.Metrics.decision(RuleCiliumOwner, verdict, req.Namespace)
-		return denial(ciliumFamily, cnpGK, req.Name, errs, warnings)
+		return denial(admit.CiliumFamily, cnpGK, req.Name, errs, warnings)
 	}
 	h.Metrics.decision(RuleCiliumOwner, VerdictAllowed, req.Namespace)
 	if len(warnings) > 0 {
@@ -224,9 +220,9 @@ func decodeOwnerReferences(raw []byte) (*unstructured.Unstructured, error) {
 // causes kubectl prints only `The <kind> "<name>" is invalid: <field>:
 // <cause>` and drops the message, so each cause says itself which family
 // refused the request and that it was a denial.
-func denial(family string, gk schema.GroupKind, name string, errs field.ErrorList, warnings []string) admission.Response {
+func denial(family admit.Family, gk schema.GroupKind, name string, errs field.ErrorList, warnings []string) admission.Response {
 	st := apierrors.NewInvalid(gk, name, errs).Status()
-	st.Message = family + ": " + st.Message
+	st.Message = family.Message(st.Message)
 	for i := range st.Details.Causes {
 		st.Details.Causes[i].Message = deniedPrefix(family) + st.Details.Causes[i].Message
 	}
@@ -235,17 +231,17 @@ func denial(family string, gk schema.GroupKind, name string, errs field.ErrorLis
 
 // withFamily opens each of a validator's warnings with the rule family, as
 // denial does for its message: the one layer that names the family.
-func withFamily(family string, warnings []string) []string {
+func withFamily(family admit.Family, warnings []string) []string {
 	var out []string
 	for _, w := range warnings {
-		out = append(out, family+": "+w)
+		out = append(out, family.Message(w))
 	}
 	return out
 }
 
 // deniedPrefix opens the message of every cause of a denial.
-func deniedPrefix(family string) string {
-	return family + ": denied by the sandbox-fence webhook: "
+func deniedPrefix(family admit.Family) string {
+	return family.Message("denied by the sandbox-fence webhook: ")
 }
 
 // configDenial answers a request the webhook could not check because its
@@ -253,13 +249,13 @@ func deniedPrefix(family string) string {
 // 422 that says so. Unreadable (the cache not synced yet, or stopped while
 // the process shuts down) is transient: a 500, which a host retries like any
 // webhook outage, where a 422 would read as a final verdict on its write.
-func configDenial(family string, gk schema.GroupKind, name, configName string, err error, whenMissing string) admission.Response {
+func configDenial(family admit.Family, gk schema.GroupKind, name, configName string, err error, whenMissing string) admission.Response {
 	if !apierrors.IsNotFound(err) {
 		st := metav1.Status{
 			Status:  metav1.StatusFailure,
 			Code:    http.StatusInternalServerError,
 			Reason:  metav1.StatusReasonInternalError,
-			Message: fmt.Sprintf("%s: FenceConfig %q could not be read (%v), so the write was not checked and is refused for now; retry", family, configName, err),
+			Message: family.Message(fmt.Sprintf("FenceConfig %q could not be read (%v), so the write was not checked and is refused for now; retry", configName, err)),
 			Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name},
 		}
 		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
@@ -269,7 +265,7 @@ func configDenial(family string, gk schema.GroupKind, name, configName string, e
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusUnprocessableEntity,
 		Reason:  metav1.StatusReasonInvalid,
-		Message: family + ": " + msg,
+		Message: family.Message(msg),
 		// A 422 with a kind and a name but no cause prints in kubectl as
 		// `The <kind> "<name>" is invalid` and nothing else: the cause
 		// carries the reason.
