@@ -15,15 +15,29 @@ var (
 	// ErrUnreadableEpoch: the stored epoch is malformed and cannot be compared.
 	// Matched by *UnreadableEpochError.
 	ErrUnreadableEpoch = errors.New("unreadable holder epoch")
-	// ErrPatchNotApplied: the server answered 422 without an admission message
-	// on an object that did not move, so a test clause (or the patch itself)
-	// failed for a reason a retry cannot fix.
+	// ErrPatchNotApplied: the API server answered 422 Invalid without an
+	// admission message (a denial with one is an *AdmissionDeniedError), or
+	// the write was refused locally. Suspend, Resume, Stamp and
+	// RefreshTemplate, whose fenced PATCH a failed test clause answers with
+	// 422, re-read the Sandbox first and return it when nothing the patch
+	// tested moved since its read (a retry would fail the same way), or
+	// when it moved before each of three attempts (a moved epoch above the
+	// held one is ErrStaleEpoch instead). RefreshTemplate also returns it,
+	// sending nothing, when the Sandbox as read is not Suspended. Every
+	// other method (CreateWorkspace, ApplyEgress, Delete, DeleteClaim,
+	// RemoveEgress) returns the first such 422 unretried: there it is the
+	// object itself refused, by its CRD schema, say.
 	ErrPatchNotApplied = errors.New("patch not applied")
-	// ErrConflict: the API server answered 409 (Conflict, or AlreadyExists
-	// on a create). The fenced DELETE retries a precondition conflict up to
-	// three times and wraps the last one; every other method returns the
-	// first 409 it gets (AlreadyExists on a create: a PATCH carries no
-	// resourceVersion, so the API server retries its conflicts itself).
+	// ErrConflict: the API server answered 409, Conflict or AlreadyExists.
+	// Delete and DeleteClaim with an epoch send a resourceVersion
+	// precondition; on a Conflict they re-read, re-check and retry, and
+	// wrap the third Conflict in a row. ApplyEgress answers AlreadyExists on
+	// its create with a merge PATCH of the same body, so it returns
+	// ErrConflict only for a 409 that PATCH gets. Every other 409 is
+	// returned as received, unretried: AlreadyExists from CreateWorkspace,
+	// a Conflict on a PATCH (which carries no resourceVersion, so the API
+	// server has already retried its own conflicts) or on a DELETE without
+	// an epoch.
 	ErrConflict = errors.New("conflict")
 	// ErrGone: the object does not exist (404 or 410).
 	ErrGone = errors.New("object gone")
