@@ -1,7 +1,8 @@
 // Package docs_test keeps docs/contract.md the one contract the repository
-// cites: every "§N.M" (with an optional "rule K" or "items K-L") anywhere in
-// the repository must name a section and an entry that exist there, and no
-// citation of the old, unpublished specification may remain.
+// cites: every "§N.M" (with an optional "rule K" or "items K-L", and the
+// sections a list continues it with: "§4.3 rule 6 and 4.4 item 4") anywhere
+// in the repository must name a section and an entry that exist there, and
+// no citation of the old, unpublished specification may remain.
 package docs_test
 
 import (
@@ -10,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,9 +26,16 @@ type contract map[string]map[int]bool
 var (
 	headingRE = regexp.MustCompile(`^#{2,3} (\d+(?:\.\d+)?)\.? `)
 	entryRE   = regexp.MustCompile(`^(\d+)\. `)
-	// §3.6, §3.6 rule 4, §4.4 items 1-3, §4.4 items 2 and 4, §3.6 rules 1-5, 7.
-	citationRE = regexp.MustCompile(`§(\d+(?:\.\d+)?)(?: (rule|item)s? (\d+(?:[-–]\d+)?(?:(?:, | and )\d+(?:[-–]\d+)?)*))?`)
-	numberRE   = regexp.MustCompile(`\d+(?:[-–]\d+)?`)
+	// The pieces of a citation, each matched where the previous one ended
+	// (citations): a section, "rule(s)"/"item(s)", an entry or a range of
+	// them, the separator of a list, and a list's next section, which has a
+	// dot so that it never reads as an entry ("§3.6 rules 1-5, 7" lists
+	// entries, "§3, 3.6 rule 4" sections).
+	sectionRE     = regexp.MustCompile(`^\d+(?:\.\d+)?`)
+	entriesRE     = regexp.MustCompile(`^ (?:rule|item)s? `)
+	entryNumberRE = regexp.MustCompile(`^(\d+)(?:[-–](\d+))?`)
+	separatorRE   = regexp.MustCompile(`^(?:, | and )`)
+	nextSectionRE = regexp.MustCompile(`^(?:, | and )§?(\d+\.\d+)`)
 	// The unpublished document the contract replaced. Spelled in two parts
 	// so that this file does not cite it itself.
 	oldSpecRE = regexp.MustCompile(`\b` + "SP" + `EC(\.md|\s+\d)`)
@@ -71,22 +80,77 @@ func parseContract(t *testing.T, path string) contract {
 	return c
 }
 
-// check returns what is wrong with one citation, or "".
-func (c contract) check(section, entries string) string {
-	got, ok := c[section]
-	if !ok {
-		return "no section " + section
-	}
-	for _, r := range numberRE.FindAllString(entries, -1) {
-		lo, hi := r, r
-		if i := strings.IndexAny(r, "-–"); i >= 0 {
-			lo, hi = r[:i], strings.TrimLeft(r[i:], "-–")
+// citation is one section cited, with the entries it names.
+type citation struct {
+	// text is the citation as written, from the section number on.
+	text    string
+	section string
+	// entries are inclusive ranges of entry numbers.
+	entries [][2]int
+}
+
+// citations finds every citation in line: each "§N.M" with its rules or
+// items, and each section a list continues it with ("§3, 3.6 rule 4",
+// "§4.3 rule 6 and 4.4 item 4").
+func citations(line string) []citation {
+	var out []citation
+	for {
+		i := strings.Index(line, "§")
+		if i < 0 {
+			return out
 		}
-		a, _ := strconv.Atoi(lo)
-		b, _ := strconv.Atoi(hi)
-		for n := a; n <= b; n++ {
+		line = line[i+len("§"):]
+		for {
+			sec := sectionRE.FindString(line)
+			if sec == "" {
+				break
+			}
+			c := citation{section: sec}
+			n := len(sec)
+			if m := entriesRE.FindString(line[n:]); m != "" {
+				first := n + len(m)
+				for k := first; ; {
+					r := entryNumberRE.FindStringSubmatch(line[k:])
+					if r == nil || k > first && sectionRE.FindString(line[k:]) != r[1] {
+						break // the list goes on with a section: "§4.3 rule 6 and 4.4"
+					}
+					lo, _ := strconv.Atoi(r[1])
+					hi := lo
+					if r[2] != "" {
+						hi, _ = strconv.Atoi(r[2])
+					}
+					c.entries = append(c.entries, [2]int{lo, hi})
+					k += len(r[0])
+					n = k
+					sep := separatorRE.FindString(line[k:])
+					if sep == "" {
+						break
+					}
+					k += len(sep)
+				}
+			}
+			c.text = line[:n]
+			out = append(out, c)
+			line = line[n:]
+			m := nextSectionRE.FindStringSubmatchIndex(line)
+			if m == nil {
+				break
+			}
+			line = line[m[2]:]
+		}
+	}
+}
+
+// check returns what is wrong with one citation, or "".
+func (c contract) check(cit citation) string {
+	got, ok := c[cit.section]
+	if !ok {
+		return "no section " + cit.section
+	}
+	for _, r := range cit.entries {
+		for n := r[0]; n <= r[1]; n++ {
 			if !got[n] {
-				return "section " + section + " has no entry " + strconv.Itoa(n)
+				return "section " + cit.section + " has no entry " + strconv.Itoa(n)
 			}
 		}
 	}
@@ -151,16 +215,65 @@ func TestEveryCitationNamesAnExistingSection(t *testing.T) {
 	n := 0
 	textFiles(t, root, func(rel string, b []byte) {
 		for i, line := range strings.Split(string(b), "\n") {
-			for _, m := range citationRE.FindAllStringSubmatch(line, -1) {
+			for _, cit := range citations(line) {
 				n++
-				if msg := c.check(m[1], m[3]); msg != "" {
-					t.Errorf("%s:%d: %q cites docs/contract.md, which has %s", rel, i+1, m[0], msg)
+				if msg := c.check(cit); msg != "" {
+					t.Errorf("%s:%d: %q cites docs/contract.md, which has %s", rel, i+1, "§"+cit.text, msg)
 				}
 			}
 		}
 	})
 	if n < 100 {
 		t.Errorf("found only %d citations of docs/contract.md; the walk or the pattern is broken", n)
+	}
+}
+
+// TestCitationsReadsEveryForm holds citations to the forms the repository
+// writes, and check to refusing a section or an entry the contract lacks.
+func TestCitationsReadsEveryForm(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		want []citation
+	}{
+		{"contract §3.6.", []citation{{text: "3.6", section: "3.6"}}},
+		{"(§3.6 rule 4)", []citation{{text: "3.6 rule 4", section: "3.6", entries: [][2]int{{4, 4}}}}},
+		{"§3.6 rules 1-5, 7; shapes (2, 5)", []citation{{text: "3.6 rules 1-5, 7", section: "3.6", entries: [][2]int{{1, 5}, {7, 7}}}}},
+		{"§4.4 items 2 and 4", []citation{{text: "4.4 items 2 and 4", section: "4.4", entries: [][2]int{{2, 2}, {4, 4}}}}},
+		{"contract §3, 3.6 rule 4", []citation{{text: "3", section: "3"}, {text: "3.6 rule 4", section: "3.6", entries: [][2]int{{4, 4}}}}},
+		{"§4.3 rule 6 and 4.4 item 4:", []citation{
+			{text: "4.3 rule 6", section: "4.3", entries: [][2]int{{6, 6}}},
+			{text: "4.4 item 4", section: "4.4", entries: [][2]int{{4, 4}}},
+		}},
+		{"| §3.6 rule 6, §8.5 |", []citation{{text: "3.6 rule 6", section: "3.6", entries: [][2]int{{6, 6}}}, {text: "8.5", section: "8.5"}}},
+		{"no citation: 3.6 rule 4, 1.20", nil},
+	} {
+		if got := citations(tt.line); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("citations(%q) = %+v, want %+v", tt.line, got, tt.want)
+		}
+	}
+	c := parseContract(t, "contract.md")
+	// Without their section sign: the walk of TestEveryCitationNamesAnExistingSection
+	// reads this file too.
+	for _, tt := range []struct{ line, want string }{
+		{"3.6 rule 4", ""},
+		{"3.9", "no section 3.9"},
+		{"3.6 rules 6-8", "section 3.6 has no entry 8"},
+		{"4.3, 4.9 item 1", "no section 4.9"},
+	} {
+		var got []string
+		for _, cit := range citations("\u00a7" + tt.line) {
+			if msg := c.check(cit); msg != "" {
+				got = append(got, msg)
+			}
+		}
+		if want := []string(nil); tt.want != "" {
+			want = []string{tt.want}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("checking %q: %q, want %q", tt.line, got, want)
+			}
+		} else if got != nil {
+			t.Errorf("checking %q: %q, want nothing", tt.line, got)
+		}
 	}
 }
 
