@@ -20,6 +20,9 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"sigs.k8s.io/yaml"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // Case is one policies/<name>/tests/<case>.yaml: a request, the FenceConfig
@@ -54,6 +57,10 @@ type CaseInput struct {
 	ObjectPatch []any  `json:"objectPatch,omitempty"`
 	// OldObject is the stored object (UPDATE, DELETE).
 	OldObject map[string]any `json:"oldObject,omitempty"`
+	// OldObjectFrom and OldObjectPatch build OldObject from a base object
+	// as ObjectFrom and ObjectPatch build Object.
+	OldObjectFrom  string `json:"oldObjectFrom,omitempty"`
+	OldObjectPatch []any  `json:"oldObjectPatch,omitempty"`
 	// MergePatch, when set, makes the new object oldObject with this JSON
 	// merge patch (RFC 7386) applied: the shape of the host's unfenced writes.
 	MergePatch map[string]any `json:"mergePatch,omitempty"`
@@ -144,7 +151,8 @@ func (c *Case) check() error {
 	if c.Request.MergePatch != nil && c.Request.JSONPatch != nil {
 		errs = append(errs, errors.New("request: mergePatch and jsonPatch are exclusive"))
 	}
-	if (c.Request.MergePatch != nil || c.Request.JSONPatch != nil) && (c.Request.OldObject == nil || c.Request.Object != nil) {
+	if (c.Request.MergePatch != nil || c.Request.JSONPatch != nil) &&
+		(c.Request.OldObject == nil && c.Request.OldObjectFrom == "" || c.Request.Object != nil || c.Request.ObjectFrom != "") {
 		errs = append(errs, errors.New("request: a patch applies to oldObject and replaces object"))
 	}
 	if c.Request.ObjectFrom != "" && c.Request.Object != nil {
@@ -152,6 +160,12 @@ func (c *Case) check() error {
 	}
 	if c.Request.ObjectPatch != nil && c.Request.ObjectFrom == "" {
 		errs = append(errs, errors.New("request: objectPatch changes the base objectFrom names; name one"))
+	}
+	if c.Request.OldObjectFrom != "" && c.Request.OldObject != nil {
+		errs = append(errs, errors.New("request: oldObjectFrom and oldObject are exclusive (oldObjectFrom plus oldObjectPatch builds oldObject)"))
+	}
+	if c.Request.OldObjectPatch != nil && c.Request.OldObjectFrom == "" {
+		errs = append(errs, errors.New("request: oldObjectPatch changes the base oldObjectFrom names; name one"))
 	}
 	if c.Params.Absent && c.Params.Spec != nil {
 		errs = append(errs, errors.New("params: absent and spec are exclusive"))
@@ -177,17 +191,18 @@ type baseObjects struct {
 	read map[string]map[string]any
 }
 
-// get returns a copy of the base object name.
-func (b baseObjects) get(name string) (map[string]any, error) {
+// get returns a copy of the base object name; field is the case's field
+// that names it, for the error.
+func (b baseObjects) get(name, field string) (map[string]any, error) {
 	obj, ok := b.read[name]
 	if !ok {
 		path := filepath.Join(b.dir, name+".yaml")
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("request.objectFrom: %w", err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		if err := yaml.UnmarshalStrict(raw, &obj); err != nil {
-			return nil, fmt.Errorf("request.objectFrom: %s: %w", path, err)
+			return nil, fmt.Errorf("%s: %s: %w", field, path, err)
 		}
 		b.read[name] = obj
 	}
@@ -195,35 +210,47 @@ func (b baseObjects) get(name string) (map[string]any, error) {
 }
 
 // resolveBase builds Object from ObjectFrom (a base object) and
-// ObjectPatch.
+// ObjectPatch, and OldObject from OldObjectFrom and OldObjectPatch.
 func (in *CaseInput) resolveBase(bases baseObjects) error {
-	if in.ObjectFrom == "" {
-		return nil
+	var err error
+	if in.ObjectFrom != "" {
+		if in.Object, err = bases.build(in.ObjectFrom, in.ObjectPatch, "objectFrom", "objectPatch"); err != nil {
+			return err
+		}
 	}
-	base, err := bases.get(in.ObjectFrom)
-	if err != nil {
-		return err
+	if in.OldObjectFrom != "" {
+		if in.OldObject, err = bases.build(in.OldObjectFrom, in.OldObjectPatch, "oldObjectFrom", "oldObjectPatch"); err != nil {
+			return err
+		}
 	}
-	if in.ObjectPatch == nil {
-		in.Object = base
-		return nil
-	}
-	obj, err := applyPatch(base, nil, in.ObjectPatch, "request.objectPatch (on bases/"+in.ObjectFrom+".yaml)")
-	if err != nil {
-		return err
-	}
-	in.Object = obj
 	return nil
 }
 
-// Resources maps the kinds cases use to their resources.
+// build is the base object name with patch (RFC 6902, optional) applied;
+// from and patchField are the case's fields, for the error.
+func (b baseObjects) build(name string, patch []any, from, patchField string) (map[string]any, error) {
+	base, err := b.get(name, "request."+from)
+	if err != nil || patch == nil {
+		return base, err
+	}
+	return applyPatch(base, nil, patch, "request."+patchField+" (on bases/"+name+".yaml)")
+}
+
+// Resources maps the kinds cases use to their resources: the served
+// versions of the kinds pkg/fence and api/v1alpha1 name.
 var Resources = []Resource{
-	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1beta1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
-	{GVK: schema.GroupVersionKind{Group: "agents.x-k8s.io", Version: "v1alpha1", Kind: "Sandbox"}, Resource: "sandboxes", Namespaced: true},
-	{GVK: schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1beta1", Kind: "SandboxClaim"}, Resource: "sandboxclaims", Namespaced: true},
-	{GVK: schema.GroupVersionKind{Group: "extensions.agents.x-k8s.io", Version: "v1alpha1", Kind: "SandboxClaim"}, Resource: "sandboxclaims", Namespaced: true},
-	{GVK: schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}, Resource: "ciliumnetworkpolicies", Namespaced: true},
-	{GVK: schema.GroupVersionKind{Group: "fence.sandbox.namzu.ai", Version: "v1alpha1", Kind: "FenceConfig"}, Resource: "fenceconfigs"},
+	{GVK: fence.SandboxGVK, Resource: fence.SandboxGVR.Resource, Namespaced: true},
+	{GVK: atVersion(fence.SandboxGVK, "v1alpha1"), Resource: fence.SandboxGVR.Resource, Namespaced: true},
+	{GVK: fence.SandboxClaimGVK, Resource: fence.SandboxClaimGVR.Resource, Namespaced: true},
+	{GVK: atVersion(fence.SandboxClaimGVK, "v1alpha1"), Resource: fence.SandboxClaimGVR.Resource, Namespaced: true},
+	{GVK: fence.CiliumNetworkPolicyGVK, Resource: fence.CiliumNetworkPolicyGVR.Resource, Namespaced: true},
+	{GVK: fencev1alpha1.GroupVersion.WithKind(fencev1alpha1.Kind), Resource: fencev1alpha1.Resource},
+}
+
+// atVersion is gvk at another served version.
+func atVersion(gvk schema.GroupVersionKind, version string) schema.GroupVersionKind {
+	gvk.Version = version
+	return gvk
 }
 
 // BuildRequest turns the case into an admission request, applying a patch

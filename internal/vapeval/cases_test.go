@@ -54,8 +54,9 @@ func TestCaseProblems(t *testing.T) {
 }
 
 // A case may start from a base object beside the cases and state how it
-// differs (objectFrom plus objectPatch); LoadCases builds the object, and
-// refuses the combinations that would leave it ambiguous.
+// differs (objectFrom plus objectPatch, oldObjectFrom plus oldObjectPatch);
+// LoadCases builds the object and the old object, and refuses the
+// combinations that would leave them ambiguous.
 func TestLoadCasesBuildsTheObjectFromABaseAndAPatch(t *testing.T) {
 	base := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns}\ndata: {k: v, other: x}\n"
 	head := "description: d\nrequest:\n  operation: CREATE\n  user: u\n"
@@ -64,6 +65,7 @@ func TestLoadCasesBuildsTheObjectFromABaseAndAPatch(t *testing.T) {
 		name    string
 		request string
 		want    map[string]any
+		wantOld map[string]any
 		wantErr string
 	}{
 		{
@@ -96,6 +98,47 @@ func TestLoadCasesBuildsTheObjectFromABaseAndAPatch(t *testing.T) {
 			request: "  objectFrom: cm\n  objectPatch:\n  - {op: remove, path: /spec}\n",
 			wantErr: "request.objectPatch (on bases/cm.yaml)",
 		},
+		{
+			name:    "the base with a patch applied is the old object",
+			request: "  oldObjectFrom: cm\n  oldObjectPatch:\n  - {op: remove, path: /data/other}\n",
+			wantOld: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}, "data": map[string]any{"k": "v"}},
+		},
+		{
+			name:    "a base for each side builds both",
+			request: "  oldObjectFrom: cm\n  objectFrom: cm\n  objectPatch:\n  - {op: remove, path: /data}\n",
+			want:    map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}},
+			wantOld: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}, "data": map[string]any{"k": "v", "other": "x"}},
+		},
+		{
+			name:    "a JSON patch applies to an old object built from a base",
+			request: "  oldObjectFrom: cm\n  jsonPatch:\n  - {op: remove, path: /data}\n",
+			wantOld: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}, "data": map[string]any{"k": "v", "other": "x"}},
+		},
+		{
+			name:    "an old base and an old object are refused",
+			request: "  oldObjectFrom: cm\n  oldObject: {apiVersion: v1, kind: ConfigMap}\n",
+			wantErr: "oldObjectFrom and oldObject are exclusive",
+		},
+		{
+			name:    "an old patch without an old base is refused",
+			request: "  oldObjectPatch:\n  - {op: remove, path: /data}\n",
+			wantErr: "oldObjectPatch changes the base oldObjectFrom names",
+		},
+		{
+			name:    "a JSON patch and a new object from a base are refused",
+			request: "  oldObjectFrom: cm\n  objectFrom: cm\n  jsonPatch:\n  - {op: remove, path: /data}\n",
+			wantErr: "a patch applies to oldObject and replaces object",
+		},
+		{
+			name:    "an old patch that does not apply names its field and base",
+			request: "  oldObjectFrom: cm\n  oldObjectPatch:\n  - {op: remove, path: /spec}\n",
+			wantErr: "request.oldObjectPatch (on bases/cm.yaml)",
+		},
+		{
+			name:    "a missing old base names its field",
+			request: "  oldObjectFrom: nope\n",
+			wantErr: "request.oldObjectFrom",
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,6 +167,9 @@ func TestLoadCasesBuildsTheObjectFromABaseAndAPatch(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got[0].Request.Object); diff != "" {
 				t.Errorf("object (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantOld, got[0].Request.OldObject); diff != "" {
+				t.Errorf("old object (-want +got):\n%s", diff)
 			}
 		})
 	}
