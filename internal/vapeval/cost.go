@@ -28,29 +28,44 @@ type Expression struct {
 	// Validation is the index of the validation a messageExpression belongs to.
 	Validation int
 	eval       plugincel.ConditionEvaluator
+	// own measures the expression's own cost (see OwnCost): variable is its
+	// index in spec.variables (-1 if not a variable) and afterAll evaluates
+	// every variable, then the expression.
+	variable int
+	afterAll plugincel.ConditionEvaluator
+	set      *ownCosts
+}
+
+// ownCosts holds what OwnCost evaluates for all the expressions of one
+// policy: prefix[i] reads variables 0..i-1, so that prefix[i+1] costs
+// prefix[i] plus variable i's own program and one read; twice reads the
+// first variable twice, which costs one read more than prefix[1].
+type ownCosts struct {
+	prefix []plugincel.ConditionEvaluator
+	twice  plugincel.ConditionEvaluator
 }
 
 // CompileExpressions compiles every expression of p. A variable is compiled
 // as the expression "variables.<name>", which evaluates it (and the
 // variables it reads) exactly once.
+//
+// Each expression is also compiled behind reads of every variable it may
+// read, for OwnCost.
 func CompileExpressions(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]*Expression, error) {
-	hasParams := p.Spec.ParamKind != nil
-	decls := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
-	msgDecls := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false}
-	var vars []plugincel.NamedExpressionAccessor
-	for i := range p.Spec.Variables {
-		vars = append(vars, namedVariable{p.Spec.Variables[i]})
-	}
-	// One compiler holds the variables for every expression, as in the plugin.
-	c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	c, decls, msgDecls, reads, set, err := compileVariables(p)
 	if err != nil {
 		return nil, err
 	}
-	c.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
 	var out []*Expression
 	add := func(kind, field, expr string, validation int, d plugincel.OptionalVariableDeclarations) error {
 		eval := c.CompileCondition([]plugincel.ExpressionAccessor{plainExpression(expr)}, d, environment.StoredExpressions)
-		out = append(out, &Expression{Field: field, Kind: kind, Validation: validation, eval: eval})
+		e := &Expression{Field: field, Kind: kind, Validation: validation, eval: eval, variable: -1, set: set}
+		if kind == "variable" {
+			e.variable = len(out)
+		} else {
+			e.afterAll = c.CompileCondition(append(reads[:len(reads):len(reads)], plainExpression(expr)), d, environment.StoredExpressions)
+		}
+		out = append(out, e)
 		return nil
 	}
 	for i, v := range p.Spec.Variables {
@@ -88,12 +103,14 @@ type Evaluation struct {
 	Err   error
 }
 
-// Input is one request prepared for evaluation, converted once.
+// Input is one request prepared for evaluation, converted once. It is not
+// safe for concurrent use: OwnCost memoizes costs in it.
 type Input struct {
 	versioned *admission.VersionedAttributes
 	request   *admissionv1.AdmissionRequest
 	params    runtime.Object
 	namespace *corev1.Namespace
+	costs     map[plugincel.ConditionEvaluator]int64
 }
 
 // NewInput prepares a request, its params (nil when absent) and namespace.
@@ -125,11 +142,11 @@ func (e *Expression) Evaluate(ctx context.Context, r Request, params runtime.Obj
 }
 
 // EvaluateInput runs e on a prepared input with the full runtime budget.
+// Its Cost is transitive: e's own program and every variable program it
+// triggers (each once), what the plugin subtracts from the runtime budget.
 func (e *Expression) EvaluateInput(ctx context.Context, in *Input) Evaluation {
-	budget := int64(celconfig.RuntimeCELCostBudget)
-	results, remaining, err := e.eval.ForInput(ctx, in.versioned, in.request,
-		plugincel.OptionalVariableBindings{VersionedParams: in.params, Authorizer: allowAll{}}, in.namespace, budget)
-	ev := Evaluation{Cost: budget - remaining, Err: err}
+	results, cost, err := run(ctx, e.eval, in)
+	ev := Evaluation{Cost: cost, Err: err}
 	if err == nil && len(results) == 1 {
 		ev.Err = results[0].Error
 		if results[0].EvalResult != nil {
@@ -137,6 +154,181 @@ func (e *Expression) EvaluateInput(ctx context.Context, in *Input) Evaluation {
 		}
 	}
 	return ev
+}
+
+func run(ctx context.Context, e plugincel.ConditionEvaluator, in *Input) ([]plugincel.EvaluationResult, int64, error) {
+	budget := int64(celconfig.RuntimeCELCostBudget)
+	results, remaining, err := e.ForInput(ctx, in.versioned, in.request,
+		plugincel.OptionalVariableBindings{VersionedParams: in.params, Authorizer: allowAll{}}, in.namespace, budget)
+	return results, budget - remaining, err
+}
+
+// cost is what evaluating e on in charges the runtime budget, memoized.
+func (in *Input) cost(ctx context.Context, e plugincel.ConditionEvaluator) (int64, error) {
+	if c, ok := in.costs[e]; ok {
+		return c, nil
+	}
+	_, c, err := run(ctx, e, in)
+	if err != nil {
+		return 0, err
+	}
+	if in.costs == nil {
+		in.costs = map[plugincel.ConditionEvaluator]int64{}
+	}
+	in.costs[e] = c
+	return c, nil
+}
+
+// OwnCost is the cost of e's own program on a prepared input, what the API
+// server holds to the per-call limit: it evaluates each variable as a
+// program of its own with its own per-call limit (variableAccessor.Callback
+// in the plugin's composition.go), so a program's cost leaves out the
+// variables it reads. It is measured with the plugin's own accounting, in
+// one context each (which evaluates a variable once and charges each
+// program's cost): every variable e may read is evaluated first, then e,
+// whose reads then cost only the read; e's own cost is the difference. For
+// a variable, the variables it may read are those declared before it, and
+// the read "variables.<name>" is left out. An expression that errors counts
+// what it cost up to the error, as in the plugin.
+func (e *Expression) OwnCost(ctx context.Context, in *Input) (int64, error) {
+	s := e.set
+	if e.variable < 0 {
+		all, err := in.cost(ctx, e.afterAll)
+		if err != nil {
+			return 0, err
+		}
+		reads, err := in.cost(ctx, s.prefix[len(s.prefix)-1])
+		return all - reads, err
+	}
+	before, err := in.cost(ctx, s.prefix[e.variable])
+	if err != nil {
+		return 0, err
+	}
+	after, err := in.cost(ctx, s.prefix[e.variable+1])
+	if err != nil {
+		return 0, err
+	}
+	read, err := s.read(ctx, in)
+	return after - before - read, err
+}
+
+// read is the cost of reading a variable already evaluated.
+func (s *ownCosts) read(ctx context.Context, in *Input) (int64, error) {
+	if s.twice == nil {
+		return 0, nil
+	}
+	once, err := in.cost(ctx, s.prefix[1])
+	if err != nil {
+		return 0, err
+	}
+	twice, err := in.cost(ctx, s.twice)
+	return twice - once, err
+}
+
+// compileVariables compiles p's variables into a composited compiler as
+// the plugin does, and the reads OwnCost evaluates.
+func compileVariables(p *admissionregistrationv1.ValidatingAdmissionPolicy) (c *plugincel.CompositedCompiler,
+	decls, msgDecls plugincel.OptionalVariableDeclarations, reads []plugincel.ExpressionAccessor, set *ownCosts, err error) {
+	hasParams := p.Spec.ParamKind != nil
+	decls = plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
+	msgDecls = plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false}
+	var vars []plugincel.NamedExpressionAccessor
+	for i := range p.Spec.Variables {
+		vars = append(vars, namedVariable{p.Spec.Variables[i]})
+	}
+	// One compiler holds the variables for every expression, as in the plugin.
+	c, err = plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		return
+	}
+	c.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
+	// reads[i] reads variable i: an expression of its own, as the plugin
+	// evaluates a list of conditions one after the other in one context.
+	for _, v := range p.Spec.Variables {
+		reads = append(reads, plainExpression("variables."+v.Name))
+	}
+	set = &ownCosts{}
+	for i := range len(reads) + 1 {
+		set.prefix = append(set.prefix, c.CompileCondition(reads[:i:i], decls, environment.StoredExpressions))
+	}
+	if len(reads) > 0 {
+		set.twice = c.CompileCondition([]plugincel.ExpressionAccessor{reads[0], reads[0]}, decls, environment.StoredExpressions)
+	}
+	return
+}
+
+// Pass is one of the plugin's evaluation passes over a matched policy
+// (see PassCost): its expressions in one context, as validator.Validate
+// evaluates them.
+type Pass struct {
+	// Name is matchConditions, validations, messageExpressions or auditAnnotations.
+	Name string
+	// Fields are its expressions, named as CompileExpressions names them.
+	Fields []string
+	eval   plugincel.ConditionEvaluator
+	// then[j] is the pass followed by a read of variable j.
+	then []plugincel.ConditionEvaluator
+	set  *ownCosts
+}
+
+// CompilePassReads compiles p's four passes, each also followed by a read
+// of each variable, to tell which variables a pass evaluates.
+func CompilePassReads(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]*Pass, error) {
+	c, decls, msgDecls, reads, set, err := compileVariables(p)
+	if err != nil {
+		return nil, err
+	}
+	passes := []*Pass{{Name: "matchConditions"}, {Name: "validations"}, {Name: "messageExpressions"}, {Name: "auditAnnotations"}}
+	exprs := make([][]plugincel.ExpressionAccessor, 4)
+	for i, m := range p.Spec.MatchConditions {
+		passes[0].Fields = append(passes[0].Fields, fmt.Sprintf("spec.matchConditions[%d] (%s)", i, m.Name))
+		exprs[0] = append(exprs[0], plainExpression(m.Expression))
+	}
+	for i, v := range p.Spec.Validations {
+		passes[1].Fields = append(passes[1].Fields, fmt.Sprintf("spec.validations[%d].expression", i))
+		exprs[1] = append(exprs[1], plainExpression(v.Expression))
+		if v.MessageExpression != "" {
+			passes[2].Fields = append(passes[2].Fields, fmt.Sprintf("spec.validations[%d].messageExpression", i))
+			exprs[2] = append(exprs[2], plainExpression(v.MessageExpression))
+		}
+	}
+	for i, a := range p.Spec.AuditAnnotations {
+		passes[3].Fields = append(passes[3].Fields, fmt.Sprintf("spec.auditAnnotations[%d] (%s)", i, a.Key))
+		exprs[3] = append(exprs[3], plainExpression(a.ValueExpression))
+	}
+	for i, pass := range passes {
+		d := decls
+		if pass.Name == "messageExpressions" {
+			d = msgDecls
+		}
+		pass.set = set
+		pass.eval = c.CompileCondition(exprs[i], d, environment.StoredExpressions)
+		for _, r := range reads {
+			pass.then = append(pass.then, c.CompileCondition(append(exprs[i][:len(exprs[i]):len(exprs[i])], r), d, environment.StoredExpressions))
+		}
+	}
+	return passes, nil
+}
+
+// Run evaluates the pass on a prepared input and returns what it charges
+// the runtime budget and which variables it evaluated: those a read after
+// the pass finds already evaluated, costing only the read.
+func (p *Pass) Run(ctx context.Context, in *Input) (cost int64, evaluated []bool, err error) {
+	if cost, err = in.cost(ctx, p.eval); err != nil {
+		return 0, nil, err
+	}
+	read, err := p.set.read(ctx, in)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, then := range p.then {
+		c, err := in.cost(ctx, then)
+		if err != nil {
+			return 0, nil, err
+		}
+		evaluated = append(evaluated, c-cost == read)
+	}
+	return cost, evaluated, nil
 }
 
 // PerCallLimit is the API server's limit on the cost of one expression.
