@@ -158,17 +158,24 @@ generate: controller-gen ## Regenerate FenceConfig's CRD (config/crd/bases) and 
 	$(BIN)/controller-gen $(CONTROLLER_GEN_ARGS) output:crd:dir=config/crd/bases
 
 .PHONY: verify
-# The chart's currency is TestChartIsCurrent's (make test-chart), not
-# checked twice here. The generators write into a temporary directory,
-# which is compared with the tree: an uncommitted edit that make generate would write
-# passes, a hand edit of a generated file or a stale one fails.
-verify: lint tools controller-gen ## Lint, then fail on go.mod/go.sum that are not tidy, on generated files that differ from make generate's, or a kustomization that does not render.
+# Every generator writes into a temporary directory, which is compared with
+# the tree: an uncommitted edit that the generator would write passes, a hand
+# edit of a generated file or a stale one fails. The generated files: the
+# CRD and deep copy (make generate), the chart (make chart; TestChartIsCurrent
+# in make test-chart holds it too), the pod-template hash vectors (go generate
+# ./pkg/fence, from Node).
+verify: lint tools controller-gen ## Lint, then fail on go.mod/go.sum that are not tidy, on generated files (CRD, deep copy, chart, hash vectors) that differ from what their generators write, or a kustomization that does not render.
 	@for m in $(TIDY_MODULES); do \
 	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "make verify: $$m: go.mod or go.sum is not tidy (go mod tidy -diff above; run go mod tidy in $$m)" >&2; exit 1; }; done
 	@gen=$$(mktemp -d) && trap 'rm -rf "$$gen"' EXIT && \
 	  $(BIN)/controller-gen $(CONTROLLER_GEN_ARGS) output:crd:dir=$$gen/crd output:object:dir=$$gen/api && \
 	  { diff -ru config/crd/bases $$gen/crd && diff -u api/v1alpha1/zz_generated.deepcopy.go $$gen/api/zz_generated.deepcopy.go; } || { \
 	  echo "make verify: the generated files above differ from what make generate writes: run make generate and commit the result (edit the markers on api/v1alpha1, never the output)" >&2; exit 1; }
+	@gen=$$(mktemp -d) && trap 'rm -rf "$$gen"' EXIT && \
+	  (cd hack/chart && $(GO) run . -root ../.. -out $$gen/chart) >/dev/null && diff -ru charts/sandbox-fence $$gen/chart || { \
+	  echo "make verify: charts/sandbox-fence differs from what make chart writes from config/: run make chart and commit the result" >&2; exit 1; }
+	@node pkg/fence/testdata/gen_podtemplatehash_vectors.js | diff -u pkg/fence/testdata/podtemplatehash_vectors.jsonl - || { \
+	  echo "make verify: pkg/fence/testdata/podtemplatehash_vectors.jsonl differs from what Node computes: run go generate ./pkg/fence and commit the result" >&2; exit 1; }
 	$(KUBECTL) kustomize config/vap >/dev/null
 	$(KUBECTL) kustomize config/default >/dev/null
 
