@@ -29,17 +29,7 @@ import (
 // no partial copy (the grammar's first test without the rest) may exist. A
 // copy edited in one place, the way repeats drift, fails it.
 func TestTheEgressPolicysRepeatedExpressionsAreCopiesOfOne(t *testing.T) {
-	policy := bundledPolicy(t, "sandbox-fence-cilium-egress")
-	var exprs []string
-	for _, v := range policy.Spec.Variables {
-		exprs = append(exprs, v.Expression)
-	}
-	for _, v := range policy.Spec.Validations {
-		exprs = append(exprs, v.Expression, v.MessageExpression)
-	}
-	for _, a := range policy.Spec.AuditAnnotations {
-		exprs = append(exprs, a.ValueExpression)
-	}
+	exprs := policyExpressions(bundledPolicy(t, "sandbox-fence-cilium-egress"))
 	// Whitespace is not meaning: the policy breaks long lines anywhere
 	// between tokens.
 	text := strings.Join(strings.Fields(strings.Join(exprs, "\n")), " ")
