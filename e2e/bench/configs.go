@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/e2e/peers"
@@ -30,6 +34,11 @@ type config struct {
 	Webhook bool
 	// Peer is the engine enforcing the fence instead ("" for none).
 	Peer string
+	// EgressBefore binds the egress policy as it was before issue 17 cut
+	// its CEL (policies/testdata/before-issue17, installed under its own
+	// name) in place of the shipped one, so the apiserver's plugin
+	// histogram compares the two in one run.
+	EgressBefore bool
 }
 
 var shippedConfigs = []config{
@@ -41,9 +50,23 @@ var shippedConfigs = []config{
 // ours is the configuration that is sandbox-fence as shipped.
 const ours = "vaps+webhook"
 
-// configsFor returns the configurations of a run, the peers after ours.
-func configsFor(withPeers bool) []config {
-	cs := append([]config{}, shippedConfigs...)
+// egressBeforeConfig is the VAPs-only configuration with the egress
+// policy from before the CEL cut (-egress-before).
+var egressBeforeConfig = config{Name: "vaps-before-cut", VAPs: true, EgressBefore: true}
+
+// egressBeforeDir holds the frozen egress policy BenchmarkVAPs also runs.
+const egressBeforeDir = "policies/testdata/before-issue17/cilium-egress-fence"
+
+// configsFor returns the configurations of a run: the shipped ones, the
+// frozen egress policy's right after vaps when asked, the peers last.
+func configsFor(withPeers, egressBefore bool) []config {
+	var cs []config
+	for _, c := range shippedConfigs {
+		cs = append(cs, c)
+		if egressBefore && c.Name == "vaps" {
+			cs = append(cs, egressBeforeConfig)
+		}
+	}
 	if withPeers {
 		for _, p := range peers.Names {
 			cs = append(cs, config{Name: p, Peer: p})
@@ -58,21 +81,30 @@ type switcher struct {
 	env      *framework.Env
 	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	vwc      *admissionregistrationv1.ValidatingWebhookConfiguration
-	engines  map[string]*peers.Engine
-	enabled  map[string]bool
-	probes   []probe
-	logf     framework.Logf
+	// before is the binding of the frozen egress policy (nil unless a
+	// configuration of the run has EgressBefore).
+	before  *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	engines map[string]*peers.Engine
+	enabled map[string]bool
+	probes  []probe
+	logf    framework.Logf
 }
 
 // probe is a dry-run write that one enforcer denies. want returns the
-// substring of the denial a configuration gives, or "" when it admits.
+// substring of the denial a configuration gives, or "" when it admits;
+// unwanted, when set, a substring the denial must not carry (a binding
+// this configuration removed, still enforced).
 type probe struct {
-	name string
-	want func(config) string
-	try  func(ctx context.Context) error
+	name     string
+	want     func(config) string
+	unwanted func(config) string
+	try      func(ctx context.Context) error
 }
 
-func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*peers.Engine, malformed string, logf framework.Logf) (*switcher, error) {
+// quoted is how the apiserver names a policy in its denial.
+func quoted(policy string) string { return "'" + policy + "'" }
+
+func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*peers.Engine, malformed string, egressBefore bool, logf framework.Logf) (*switcher, error) {
 	s := &switcher{env: env, engines: engines, enabled: map[string]bool{}, logf: logf}
 	ar := env.Admin.Kube.AdmissionregistrationV1()
 	for _, n := range provider.ShippedEnforcement.Bindings {
@@ -82,6 +114,13 @@ func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*pe
 		}
 		b.ObjectMeta = metav1.ObjectMeta{Name: b.Name, Labels: b.Labels, Annotations: b.Annotations}
 		s.bindings = append(s.bindings, b)
+	}
+	if egressBefore {
+		b, err := installEgressBefore(ctx, env, s.bindings)
+		if err != nil {
+			return nil, err
+		}
+		s.before = b
 	}
 	vwc, err := ar.ValidatingWebhookConfigurations().Get(ctx, framework.WebhookConfigName, metav1.GetOptions{})
 	if err != nil {
@@ -130,7 +169,20 @@ func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*pe
 			// The repair policy's name contains this one's: match the quoted name.
 			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, "'"+framework.PolicyHolderEpoch+"'") })
 		case framework.PolicyCiliumEgress:
-			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, framework.PolicyCiliumEgress) })
+			// The frozen policy's name contains the shipped one's: match
+			// the quoted names, and refuse the other's denial.
+			p.want = peerOr(func(c config) string {
+				if c.EgressBefore {
+					return quoted(egressBeforeName)
+				}
+				return onlyIf(c.VAPs, quoted(framework.PolicyCiliumEgress))
+			})
+			p.unwanted = func(c config) string {
+				if c.EgressBefore {
+					return quoted(framework.PolicyCiliumEgress)
+				}
+				return quoted(egressBeforeName)
+			}
 		case "webhook":
 			// Only an owner lookup refuses it: our webhook or a peer's.
 			p.want = peerOr(func(c config) string { return onlyIf(c.Webhook, ".fence.sandbox.namzu.ai") })
@@ -172,9 +224,9 @@ func (s *switcher) install(ctx context.Context, c config) (time.Duration, error)
 		}
 	}
 	ar := s.env.Admin.Kube.AdmissionregistrationV1()
-	for _, b := range s.bindings {
+	for _, b := range s.bindingsFor() {
 		var err error
-		if c.VAPs {
+		if s.bound(c, b.Name) {
 			_, err = ar.ValidatingAdmissionPolicyBindings().Create(ctx, b.DeepCopy(), metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				err = nil
@@ -221,6 +273,9 @@ func (s *switcher) install(ctx context.Context, c config) (time.Duration, error)
 			switch {
 			case err == nil:
 				return want == "", "admitted", nil
+			case p.unwanted != nil && strings.Contains(err.Error(), p.unwanted(c)):
+				// A binding this configuration removed still enforces.
+				return false, err.Error(), nil
 			case want != "" && strings.Contains(err.Error(), want):
 				return true, err.Error(), nil
 			case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission"):
@@ -249,4 +304,70 @@ func seedMalformed(ctx context.Context, env *framework.Env, name string) error {
 		}
 		return err
 	})
+}
+
+// egressBeforeName is the frozen egress policy's name in the cluster: its
+// own, so both policies exist side by side and only the bindings switch.
+const egressBeforeName = framework.PolicyCiliumEgress + "-before-cut"
+
+// installEgressBefore creates the frozen egress policy under
+// egressBeforeName and returns a binding for it: the shipped egress
+// binding's spec with the policy name changed. A policy without a binding
+// is never evaluated, so creating it changes no configuration.
+func installEgressBefore(ctx context.Context, env *framework.Env, shipped []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) (*admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(root, egressBeforeDir, "policy.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("the frozen egress policy: %w", err)
+	}
+	var pol admissionregistrationv1.ValidatingAdmissionPolicy
+	if err := yaml.UnmarshalStrict(raw, &pol); err != nil {
+		return nil, fmt.Errorf("the frozen egress policy %s: %w", egressBeforeDir, err)
+	}
+	if pol.Name != framework.PolicyCiliumEgress {
+		return nil, fmt.Errorf("the frozen egress policy %s is named %q, want %q", egressBeforeDir, pol.Name, framework.PolicyCiliumEgress)
+	}
+	pol.Name = egressBeforeName
+	ar := env.Admin.Kube.AdmissionregistrationV1()
+	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, &pol, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create %s: %w", egressBeforeName, err)
+	}
+	for _, b := range shipped {
+		if b.Spec.PolicyName == framework.PolicyCiliumEgress {
+			before := b.DeepCopy()
+			before.Name = egressBeforeName + "-binding"
+			before.Spec.PolicyName = egressBeforeName
+			return before, nil
+		}
+	}
+	return nil, fmt.Errorf("no shipped binding for %s", framework.PolicyCiliumEgress)
+}
+
+// bindingsFor lists every binding a configuration may turn on.
+func (s *switcher) bindingsFor() []*admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	if s.before == nil {
+		return s.bindings
+	}
+	return append(slices.Clone(s.bindings), s.before)
+}
+
+// bound says whether configuration c wants the named binding: the shipped
+// bindings with the VAPs, except that EgressBefore swaps the egress
+// policy's binding for the frozen policy's.
+func (s *switcher) bound(c config, binding string) bool {
+	if !c.VAPs {
+		return false
+	}
+	if s.before != nil && binding == s.before.Name {
+		return c.EgressBefore
+	}
+	for _, b := range s.bindings {
+		if b.Name == binding && b.Spec.PolicyName == framework.PolicyCiliumEgress {
+			return !c.EgressBefore
+		}
+	}
+	return true
 }
