@@ -52,46 +52,23 @@ type ownCosts struct {
 // Each expression is also compiled behind reads of every variable it may
 // read, for OwnCost.
 func CompileExpressions(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]*Expression, error) {
-	c, decls, msgDecls, reads, set, err := compileVariables(p)
+	c, err := newCompiler(p)
 	if err != nil {
 		return nil, err
 	}
+	reads, set := compileReads(c, p)
 	var out []*Expression
-	add := func(kind, field, expr string, validation int, d plugincel.OptionalVariableDeclarations) error {
-		eval := c.CompileCondition([]plugincel.ExpressionAccessor{plainExpression(expr)}, d, environment.StoredExpressions)
-		e := &Expression{Field: field, Kind: kind, Validation: validation, eval: eval, variable: -1, set: set}
-		if kind == "variable" {
+	for _, src := range sources(p) {
+		e := &Expression{Field: src.Field, Kind: src.Kind, Validation: src.Validation, variable: -1, set: set}
+		expr := plainExpression(src.Expression)
+		if src.Kind == "variable" {
 			e.variable = len(out)
+			expr = plainExpression("variables." + src.Name)
 		} else {
-			e.afterAll = c.CompileCondition(append(reads[:len(reads):len(reads)], plainExpression(expr)), d, environment.StoredExpressions)
+			e.afterAll = c.compile(src.pass(), append(reads[:len(reads):len(reads)], expr))
 		}
+		e.eval = c.compile(src.pass(), []plugincel.ExpressionAccessor{expr})
 		out = append(out, e)
-		return nil
-	}
-	for i, v := range p.Spec.Variables {
-		if err := add("variable", fmt.Sprintf("spec.variables[%d] (%s)", i, v.Name), "variables."+v.Name, -1, decls); err != nil {
-			return nil, err
-		}
-	}
-	for i, m := range p.Spec.MatchConditions {
-		if err := add("matchCondition", fmt.Sprintf("spec.matchConditions[%d] (%s)", i, m.Name), m.Expression, -1, decls); err != nil {
-			return nil, err
-		}
-	}
-	for i, v := range p.Spec.Validations {
-		if err := add("validation", fmt.Sprintf("spec.validations[%d].expression", i), v.Expression, i, decls); err != nil {
-			return nil, err
-		}
-		if v.MessageExpression != "" {
-			if err := add("messageExpression", fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression, i, msgDecls); err != nil {
-				return nil, err
-			}
-		}
-	}
-	for i, a := range p.Spec.AuditAnnotations {
-		if err := add("auditAnnotation", fmt.Sprintf("spec.auditAnnotations[%d] (%s)", i, a.Key), a.ValueExpression, -1, decls); err != nil {
-			return nil, err
-		}
 	}
 	return out, nil
 }
@@ -225,23 +202,9 @@ func (s *ownCosts) read(ctx context.Context, in *Input) (int64, error) {
 	return twice - once, err
 }
 
-// compileVariables compiles p's variables into a composited compiler as
-// the plugin does, and the reads OwnCost evaluates.
-func compileVariables(p *admissionregistrationv1.ValidatingAdmissionPolicy) (c *plugincel.CompositedCompiler,
-	decls, msgDecls plugincel.OptionalVariableDeclarations, reads []plugincel.ExpressionAccessor, set *ownCosts, err error) {
-	hasParams := p.Spec.ParamKind != nil
-	decls = plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
-	msgDecls = plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false}
-	var vars []plugincel.NamedExpressionAccessor
-	for i := range p.Spec.Variables {
-		vars = append(vars, namedVariable{p.Spec.Variables[i]})
-	}
-	// One compiler holds the variables for every expression, as in the plugin.
-	c, err = plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
-	if err != nil {
-		return
-	}
-	c.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
+// compileReads compiles, for OwnCost, a read of each of p's variables and
+// the prefixes of those reads.
+func compileReads(c *compiler, p *admissionregistrationv1.ValidatingAdmissionPolicy) (reads []plugincel.ExpressionAccessor, set *ownCosts) {
 	// reads[i] reads variable i: an expression of its own, as the plugin
 	// evaluates a list of conditions one after the other in one context.
 	for _, v := range p.Spec.Variables {
@@ -249,12 +212,12 @@ func compileVariables(p *admissionregistrationv1.ValidatingAdmissionPolicy) (c *
 	}
 	set = &ownCosts{}
 	for i := range len(reads) + 1 {
-		set.prefix = append(set.prefix, c.CompileCondition(reads[:i:i], decls, environment.StoredExpressions))
+		set.prefix = append(set.prefix, c.compile("", reads[:i:i]))
 	}
 	if len(reads) > 0 {
-		set.twice = c.CompileCondition([]plugincel.ExpressionAccessor{reads[0], reads[0]}, decls, environment.StoredExpressions)
+		set.twice = c.compile("", []plugincel.ExpressionAccessor{reads[0], reads[0]})
 	}
-	return
+	return reads, set
 }
 
 // Pass is one of the plugin's evaluation passes over a matched policy
@@ -274,38 +237,23 @@ type Pass struct {
 // CompilePassReads compiles p's four passes, each also followed by a read
 // of each variable, to tell which variables a pass evaluates.
 func CompilePassReads(p *admissionregistrationv1.ValidatingAdmissionPolicy) ([]*Pass, error) {
-	c, decls, msgDecls, reads, set, err := compileVariables(p)
+	c, err := newCompiler(p)
 	if err != nil {
 		return nil, err
 	}
-	passes := []*Pass{{Name: "matchConditions"}, {Name: "validations"}, {Name: "messageExpressions"}, {Name: "auditAnnotations"}}
-	exprs := make([][]plugincel.ExpressionAccessor, 4)
-	for i, m := range p.Spec.MatchConditions {
-		passes[0].Fields = append(passes[0].Fields, fmt.Sprintf("spec.matchConditions[%d] (%s)", i, m.Name))
-		exprs[0] = append(exprs[0], plainExpression(m.Expression))
-	}
-	for i, v := range p.Spec.Validations {
-		passes[1].Fields = append(passes[1].Fields, fmt.Sprintf("spec.validations[%d].expression", i))
-		exprs[1] = append(exprs[1], plainExpression(v.Expression))
-		if v.MessageExpression != "" {
-			passes[2].Fields = append(passes[2].Fields, fmt.Sprintf("spec.validations[%d].messageExpression", i))
-			exprs[2] = append(exprs[2], plainExpression(v.MessageExpression))
+	reads, set := compileReads(c, p)
+	var passes []*Pass
+	for i, srcs := range passSources(p) {
+		pass := &Pass{Name: passNames[i], set: set}
+		exprs := exprsOf(srcs)
+		for _, src := range srcs {
+			pass.Fields = append(pass.Fields, src.Field)
 		}
-	}
-	for i, a := range p.Spec.AuditAnnotations {
-		passes[3].Fields = append(passes[3].Fields, fmt.Sprintf("spec.auditAnnotations[%d] (%s)", i, a.Key))
-		exprs[3] = append(exprs[3], plainExpression(a.ValueExpression))
-	}
-	for i, pass := range passes {
-		d := decls
-		if pass.Name == "messageExpressions" {
-			d = msgDecls
-		}
-		pass.set = set
-		pass.eval = c.CompileCondition(exprs[i], d, environment.StoredExpressions)
+		pass.eval = c.compile(pass.Name, exprs)
 		for _, r := range reads {
-			pass.then = append(pass.then, c.CompileCondition(append(exprs[i][:len(exprs[i]):len(exprs[i])], r), d, environment.StoredExpressions))
+			pass.then = append(pass.then, c.compile(pass.Name, append(exprs[:len(exprs):len(exprs)], r)))
 		}
+		passes = append(passes, pass)
 	}
 	return passes, nil
 }

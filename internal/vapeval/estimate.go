@@ -95,28 +95,8 @@ func StaticCosts(p *admissionregistrationv1.ValidatingAdmissionPolicy, object, p
 		out[field] = est.Max
 		return nil
 	}
-	for i, v := range p.Spec.Variables {
-		if err := estimate(fmt.Sprintf("spec.variables[%d] (%s)", i, v.Name), v.Expression); err != nil {
-			return nil, err
-		}
-	}
-	for i, m := range p.Spec.MatchConditions {
-		if err := estimate(fmt.Sprintf("spec.matchConditions[%d] (%s)", i, m.Name), m.Expression); err != nil {
-			return nil, err
-		}
-	}
-	for i, v := range p.Spec.Validations {
-		if err := estimate(fmt.Sprintf("spec.validations[%d].expression", i), v.Expression); err != nil {
-			return nil, err
-		}
-		if v.MessageExpression != "" {
-			if err := estimate(fmt.Sprintf("spec.validations[%d].messageExpression", i), v.MessageExpression); err != nil {
-				return nil, err
-			}
-		}
-	}
-	for i, a := range p.Spec.AuditAnnotations {
-		if err := estimate(fmt.Sprintf("spec.auditAnnotations[%d] (%s)", i, a.Key), a.ValueExpression); err != nil {
+	for _, src := range sources(p) {
+		if err := estimate(src.Field, src.Expression); err != nil {
 			return nil, err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
-	"k8s.io/apiserver/pkg/cel/environment"
 )
 
 // PassCost is the CEL cost the API server charges one policy for one
@@ -36,38 +35,15 @@ type Passes struct {
 
 // CompilePasses compiles p into the plugin's four passes.
 func CompilePasses(p *admissionregistrationv1.ValidatingAdmissionPolicy) (*Passes, error) {
-	hasParams := p.Spec.ParamKind != nil
-	decls := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
-	msgDecls := plugincel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false}
-	c, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	c, err := newCompiler(p)
 	if err != nil {
 		return nil, err
 	}
-	var vars []plugincel.NamedExpressionAccessor
-	for i := range p.Spec.Variables {
-		vars = append(vars, namedVariable{p.Spec.Variables[i]})
+	var evals []plugincel.ConditionEvaluator
+	for i, srcs := range passSources(p) {
+		evals = append(evals, c.compile(passNames[i], exprsOf(srcs)))
 	}
-	c.CompileAndStoreVariables(vars, decls, environment.StoredExpressions)
-	var match, validations, messages, audit []plugincel.ExpressionAccessor
-	for _, m := range p.Spec.MatchConditions {
-		match = append(match, plainExpression(m.Expression))
-	}
-	for _, v := range p.Spec.Validations {
-		validations = append(validations, plainExpression(v.Expression))
-		if v.MessageExpression != "" {
-			messages = append(messages, plainExpression(v.MessageExpression))
-		}
-	}
-	for _, a := range p.Spec.AuditAnnotations {
-		audit = append(audit, plainExpression(a.ValueExpression))
-	}
-	compile := func(exprs []plugincel.ExpressionAccessor, d plugincel.OptionalVariableDeclarations) plugincel.ConditionEvaluator {
-		return c.CompileCondition(exprs, d, environment.StoredExpressions)
-	}
-	return &Passes{
-		match: compile(match, decls), validations: compile(validations, decls),
-		messages: compile(messages, msgDecls), audit: compile(audit, decls),
-	}, nil
+	return &Passes{match: evals[0], validations: evals[1], messages: evals[2], audit: evals[3]}, nil
 }
 
 // Cost evaluates the passes on a prepared input as the plugin does and
