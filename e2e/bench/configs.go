@@ -104,7 +104,7 @@ type probe struct {
 // quoted is how the apiserver names a policy in its denial.
 func quoted(policy string) string { return "'" + policy + "'" }
 
-func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*peers.Engine, malformed string, egressBefore bool, logf framework.Logf) (*switcher, error) {
+func newSwitcher(ctx context.Context, env *framework.Env, root string, engines map[string]*peers.Engine, malformed string, egressBefore bool, logf framework.Logf) (*switcher, error) {
 	s := &switcher{env: env, engines: engines, enabled: map[string]bool{}, logf: logf}
 	ar := env.Admin.Kube.AdmissionregistrationV1()
 	for _, n := range provider.ShippedEnforcement.Bindings {
@@ -116,7 +116,7 @@ func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*pe
 		s.bindings = append(s.bindings, b)
 	}
 	if egressBefore {
-		b, err := installEgressBefore(ctx, env, s.bindings)
+		b, err := installEgressBefore(ctx, env, root, s.bindings)
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +167,7 @@ func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*pe
 		switch m.Name {
 		case framework.PolicyHolderEpoch:
 			// The repair policy's name contains this one's: match the quoted name.
-			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, "'"+framework.PolicyHolderEpoch+"'") })
+			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, quoted(framework.PolicyHolderEpoch)) })
 		case framework.PolicyCiliumEgress:
 			// The frozen policy's name contains the shipped one's: match
 			// the quoted names, and refuse the other's denial.
@@ -200,7 +200,7 @@ func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*pe
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"7"}}}`, fence.AnnotationHolderEpoch)
 	s.probes = append(s.probes, probe{
 		name: framework.PolicyHolderEpochRepair,
-		want: peerOr(func(c config) string { return onlyIf(c.VAPs, "'"+framework.PolicyHolderEpochRepair+"'") }),
+		want: peerOr(func(c config) string { return onlyIf(c.VAPs, quoted(framework.PolicyHolderEpochRepair)) }),
 		try: func(ctx context.Context) error {
 			_, err := env.Host.Dynamic.Resource(framework.SandboxGVR).Namespace(env.HostNamespace).Patch(ctx, malformed,
 				types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: framework.FieldManager})
@@ -226,7 +226,7 @@ func (s *switcher) install(ctx context.Context, c config) (time.Duration, error)
 	ar := s.env.Admin.Kube.AdmissionregistrationV1()
 	for _, b := range s.bindingsFor() {
 		var err error
-		if s.bound(c, b.Name) {
+		if s.bound(c, b) {
 			_, err = ar.ValidatingAdmissionPolicyBindings().Create(ctx, b.DeepCopy(), metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				err = nil
@@ -314,11 +314,7 @@ const egressBeforeName = framework.PolicyCiliumEgress + "-before-cut"
 // egressBeforeName and returns a binding for it: the shipped egress
 // binding's spec with the policy name changed. A policy without a binding
 // is never evaluated, so creating it changes no configuration.
-func installEgressBefore(ctx context.Context, env *framework.Env, shipped []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) (*admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
+func installEgressBefore(ctx context.Context, env *framework.Env, root string, shipped []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) (*admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
 	raw, err := os.ReadFile(filepath.Join(root, egressBeforeDir, "policy.yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("the frozen egress policy: %w", err)
@@ -354,20 +350,16 @@ func (s *switcher) bindingsFor() []*admissionregistrationv1.ValidatingAdmissionP
 	return append(slices.Clone(s.bindings), s.before)
 }
 
-// bound says whether configuration c wants the named binding: the shipped
+// bound says whether configuration c wants binding b: the shipped
 // bindings with the VAPs, except that EgressBefore swaps the egress
 // policy's binding for the frozen policy's.
-func (s *switcher) bound(c config, binding string) bool {
-	if !c.VAPs {
-		return false
+func (s *switcher) bound(c config, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
+	switch b.Spec.PolicyName {
+	case egressBeforeName:
+		return c.VAPs && c.EgressBefore
+	case framework.PolicyCiliumEgress:
+		return c.VAPs && !c.EgressBefore
+	default:
+		return c.VAPs
 	}
-	if s.before != nil && binding == s.before.Name {
-		return c.EgressBefore
-	}
-	for _, b := range s.bindings {
-		if b.Name == binding && b.Spec.PolicyName == framework.PolicyCiliumEgress {
-			return !c.EgressBefore
-		}
-	}
-	return true
 }

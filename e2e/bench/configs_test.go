@@ -48,7 +48,7 @@ func TestEachConfigurationBindsExactlyOneEgressPolicy(t *testing.T) {
 	got := map[string][]string{}
 	for _, c := range configsFor(false, true) {
 		for _, b := range s.bindingsFor() {
-			if s.bound(c, b.Name) {
+			if s.bound(c, b) {
 				got[c.Name] = append(got[c.Name], b.Name)
 			}
 		}

@@ -198,7 +198,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	sw, err := newSwitcher(ctx, env, engines, malformed, o.egressBefore, logf)
+	sw, err := newSwitcher(ctx, env, root, engines, malformed, o.egressBefore, logf)
 	if err != nil {
 		return err
 	}
