@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-fence/sandbox-fence/hack/chart/render"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
@@ -78,23 +79,13 @@ func loadChart(t *testing.T) *chart.Chart {
 // action (dry run, no cluster), parsed into objects.
 func helmTemplate(t *testing.T, ch *chart.Chart, vals map[string]any) []*unstructured.Unstructured {
 	t.Helper()
-	inst := action.NewInstall(&action.Configuration{})
-	inst.DryRun, inst.ClientOnly, inst.IncludeCRDs, inst.Replace = true, true, true, true
-	inst.ReleaseName, inst.Namespace = "sandbox-fence", "default"
-	inst.KubeVersion = kubeVersion
-	rel, err := inst.Run(ch, vals)
+	objs, err := render.Template(ch, vals, kubeVersion)
 	if err != nil {
-		t.Fatalf("helm template %v: %v", vals, err)
+		t.Fatal(err)
 	}
 	var out []*unstructured.Unstructured
-	for _, doc := range strings.Split(rel.Manifest, "\n---") {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("helm output: %v\n%s", err, doc)
-		}
-		if len(m) > 0 {
-			out = append(out, &unstructured.Unstructured{Object: m})
-		}
+	for _, m := range objs {
+		out = append(out, &unstructured.Unstructured{Object: m})
 	}
 	return out
 }

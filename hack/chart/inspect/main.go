@@ -21,8 +21,8 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint/support"
-	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-fence/sandbox-fence/hack/chart/render"
 	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 )
 
@@ -62,18 +62,11 @@ func run(pkg string) error {
 	if err != nil {
 		return err
 	}
-	inst := action.NewInstall(&action.Configuration{})
-	inst.DryRun, inst.ClientOnly, inst.Replace = true, true, true
-	inst.ReleaseName, inst.Namespace, inst.KubeVersion = "sandbox-fence", "default", kv
-	rel, err := inst.Run(ch, nil)
+	objs, err := render.Template(ch, nil, kv)
 	if err != nil {
-		return fmt.Errorf("helm template %s: %w", pkg, err)
+		return err
 	}
-	for _, doc := range strings.Split(rel.Manifest, "\n---") {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			return fmt.Errorf("helm template %s: %w\n%s", pkg, err, doc)
-		}
+	for _, m := range objs {
 		spec, _ := m["spec"].(map[string]any)
 		tmpl, _ := spec["template"].(map[string]any)
 		pod, _ := tmpl["spec"].(map[string]any)

@@ -1,0 +1,39 @@
+// Package render renders a chart the way `helm template --include-crds`
+// does, with Helm's own code and no cluster, for the chart's tests and
+// hack/chart/inspect.
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"sigs.k8s.io/yaml"
+)
+
+// Template renders ch with vals as release "sandbox-fence" in namespace
+// default, client-only, at kubeVersion: Helm's client-only default, v1.20,
+// is below the chart's kubeVersion. It returns one object per non-empty
+// document of the manifest.
+func Template(ch *chart.Chart, vals map[string]any, kubeVersion *chartutil.KubeVersion) ([]map[string]any, error) {
+	inst := action.NewInstall(&action.Configuration{})
+	inst.DryRun, inst.ClientOnly, inst.IncludeCRDs, inst.Replace = true, true, true, true
+	inst.ReleaseName, inst.Namespace, inst.KubeVersion = "sandbox-fence", "default", kubeVersion
+	rel, err := inst.Run(ch, vals)
+	if err != nil {
+		return nil, fmt.Errorf("helm template %s %v: %w", ch.Name(), vals, err)
+	}
+	var out []map[string]any
+	for _, doc := range strings.Split(rel.Manifest, "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			return nil, fmt.Errorf("helm template %s: %w\n%s", ch.Name(), err, doc)
+		}
+		if len(m) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
