@@ -55,7 +55,10 @@ HARNESS := e2e hack
 
 # go test -json through hack/testreport: prints what go test prints, lists
 # every skipped test, and fails on a skip that hack/testreport/allowed-skips.yaml
-# does not list for the run, or on a listed one that no longer skips.
+# does not list for the run, or on a listed one that no longer skips. After
+# the run it lists the tests from the source of the same packages under the
+# same -tags (-run and -skip narrow what is expected) and fails on a listed
+# test that never ran, unless that file lists it as notRun.
 # $(1): the run's name in that file; $(2): go test's arguments; $(3): the
 # modules' directories to run them in (default: the root). Each module's go
 # test runs even when an earlier one failed, and any failure fails the step.
@@ -63,7 +66,8 @@ HARNESS := e2e hack
 # .failures.
 gotest = { s=0; for m in $(or $(3),.); do $(GO) -C $$m test -json $(2) || s=$$?; done; exit $$s; } 2>&1 | \
   $(BIN)/testreport -run $(1) -allow $(CURDIR)/hack/testreport/allowed-skips.yaml \
-  -json $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).json -failures $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).failures
+  -json $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).json -failures $(BIN)/$(1)$(KUBERNETES_VERSION:%=-%).failures \
+  -go $(GO) -modules '$(or $(3),.)' -- $(2)
 
 # Runs a harness program from the repository's root, where it expects to
 # run: $(call harness,<module dir>,<package>) <args>. It is built into
@@ -93,7 +97,7 @@ test-env: ## Refuse what would make make test check less than everything.
 	  echo "make test: E2E_ENFORCER=$$E2E_ENFORCER is refused: make test checks the shipped bundle (make bench-peers runs the peers; docs/e2e.md)" >&2; exit 2;; esac
 
 .PHONY: testreport
-testreport: ## Build hack/testreport, which checks every go test run for skips.
+testreport: ## Build hack/testreport, which checks every go test run for skips and for listed tests that never ran.
 	@mkdir -p $(BIN)
 	@$(GO) -C hack build -o $(BIN)/testreport ./testreport
 
@@ -116,19 +120,32 @@ fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (
 	hack/fuzz.sh $(FUZZ_TIME)
 
 # CILIUMPROOF_BODIES sets the size of the generated run (default 20000).
+# ciliumreach is compiled first, outside go test's -timeout: the tests only
+# link it then, and a cold compile of Cilium's repository takes minutes.
 .PHONY: test-cilium
-test-cilium: testreport upstream-crds ## What admitted egress policies mean to Cilium itself: the property test of e2e/ciliumproof (its own module).
-	$(call gotest,test-cilium,-count=1 -timeout 20m ./...,e2e/ciliumproof)
+test-cilium: testreport upstream-crds ## What a sandbox reaches under admitted egress policies, by Cilium's own code: the property test of e2e/ciliumproof and its policy-repository program e2e/ciliumproof/reach (each its own module).
+	$(GO) -C e2e/ciliumproof/reach build -o /dev/null .
+	$(call gotest,test-cilium,-count=1 -timeout 20m ./...,e2e/ciliumproof e2e/ciliumproof/reach)
 
 .PHONY: fuzz-cilium
 fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM_FUZZ_TIME, default 1h).
 	cd e2e/ciliumproof && $(GO) test -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(CILIUM_FUZZ_TIME) .
 
-# Not part of make test: it runs the suites once per rule (docs/testing.md).
+# Not part of make test: it runs the suites once per rule (docs/testing.md);
+# a scheduled workflow runs it weekly (.github/workflows/mutants.yml).
 MUTANTS_FLAGS ?=
 .PHONY: mutants
-mutants: upstream-crds ## Mutation check: remove each shipped rule in turn (policy validations and matchConditions, bindings, webhook conditions and checks) and fail on one no test catches; table in bin/mutants.md.
+mutants: upstream-crds ## Mutation check: weaken each shipped rule in turn (policies, bindings, the webhook configuration, the webhook's checks and early branches) and fail on one no test catches; table in bin/mutants.md.
 	$(call harness,hack,./mutants) -out $(BIN)/mutants.md $(MUTANTS_FLAGS)
+
+# The sample for CI: the same commit draws the same mutants, the next commit
+# others. Offline suites only, so a mutant they leave alive is reported, not
+# failed (the weekly run takes it to the e2e suite).
+MUTANTS_SAMPLE ?= 8
+MUTANTS_SEED ?= $(shell git rev-parse HEAD 2>/dev/null || echo 0)
+.PHONY: mutants-sample
+mutants-sample: upstream-crds ## A bounded sample of make mutants: MUTANTS_SAMPLE (8) mutants drawn by MUTANTS_SEED (the commit), offline suites only; table in bin/mutants-sample.md.
+	$(call harness,hack,./mutants) -sample $(MUTANTS_SAMPLE) -seed $(MUTANTS_SEED) -e2e off -out $(BIN)/mutants-sample.md
 
 .PHONY: lint
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
@@ -138,11 +155,12 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	$(GO) -C e2e vet -tags soak ./soak/...
 	$(GO) -C hack vet ./...
 	$(GO) -C e2e/ciliumproof vet ./...
+	$(GO) -C e2e/ciliumproof/reach vet ./...
 	$(GO) -C hack/chart vet ./...
 
 # The modules make test builds (the peers' modules, hack/peers, only make
 # peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
-TIDY_MODULES := . $(HARNESS) e2e/ciliumproof hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
+TIDY_MODULES := . $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
 
 # controller-gen's generators: FenceConfig's deep copy and CRD, from the
 # markers on api/v1alpha1.

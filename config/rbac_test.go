@@ -12,13 +12,16 @@ import (
 )
 
 // narrowed is a resource the webhook's roles may write only by name: the
-// one object of it the webhook owns, and which verbs it may use on it.
+// objects of it the webhook owns, and which verbs it may use on them.
 type narrowed struct {
 	group, resource string
-	name            string   // the one resourceName a get/update/patch rule may carry
-	byName          []string // verbs allowed only with resourceNames: [name]
+	names           []string // the resourceNames a get/update/patch rule may carry
+	byName          []string // verbs allowed only with resourceNames: names
 	unnamed         []string // verbs allowed without resourceNames (an informer's list/watch)
 	namespaced      bool     // unnamed verbs only in a Role of the webhook's namespace
+	// rendered: the controller also needs these verbs, with or without
+	// self-managed certificates (config/webhook/base/rbac-render.yaml).
+	rendered []string
 }
 
 // The cert rotation's RBAC (config/webhook/base/rbac-cert-rotation.yaml;
@@ -28,11 +31,19 @@ type narrowed struct {
 // the webhook's namespace, which holds no other Secret. Nothing may create
 // (RBAC cannot narrow create by name) or delete either, and no wildcard may
 // reach them.
+//
+// The controller that renders the FenceConfig patches the webhook
+// configuration's bound-hosts condition and the config variable of the
+// three policies that read configuration, by name too; patching any other
+// policy would let the webhook's identity switch a policy off.
 var narrowedResources = []narrowed{
-	{group: "", resource: "secrets", name: "sandbox-fence-webhook-cert",
+	{group: "", resource: "secrets", names: []string{"sandbox-fence-webhook-cert"},
 		byName: []string{"get", "update", "patch"}, unnamed: []string{"list", "watch"}, namespaced: true},
-	{group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "sandbox-fence-webhook",
-		byName: []string{"get", "update", "patch"}, unnamed: []string{"list", "watch"}},
+	{group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", names: []string{"sandbox-fence-webhook"},
+		byName: []string{"get", "update", "patch"}, unnamed: []string{"list", "watch"}, rendered: []string{"get", "patch", "list", "watch"}},
+	{group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicies",
+		names:  []string{"sandbox-fence-cilium-egress", "sandbox-fence-holder-epoch-repair", "sandbox-fence-strict-delete"},
+		byName: []string{"patch"}, unnamed: []string{"list", "watch"}, rendered: []string{"patch", "list", "watch"}},
 }
 
 // role is one Role or ClusterRole of a rendering.
@@ -79,8 +90,8 @@ func rbacFindings(rs []role, namespace string, certRotation bool) []string {
 				for _, v := range r.Verbs {
 					switch {
 					case slices.Contains(n.byName, v):
-						if !slices.Equal(r.ResourceNames, []string{n.name}) {
-							bad = append(bad, where+": "+v+" with resourceNames "+fmtList(r.ResourceNames)+", want only ["+n.name+"]")
+						if len(r.ResourceNames) == 0 || slices.ContainsFunc(r.ResourceNames, func(x string) bool { return !slices.Contains(n.names, x) }) {
+							bad = append(bad, where+": "+v+" with resourceNames "+fmtList(r.ResourceNames)+", want only "+fmtList(n.names))
 						}
 					case slices.Contains(n.unnamed, v):
 						if n.namespaced && (ro.kind != "Role" || ro.namespace != namespace) {
@@ -94,12 +105,19 @@ func rbacFindings(rs []role, namespace string, certRotation bool) []string {
 			}
 		}
 		for _, v := range n.byName {
-			if certRotation && !granted[v] {
-				bad = append(bad, n.resource+": "+v+" on "+n.name+" not granted: cert-controller cannot rotate")
+			if certRotation && !granted[v] && n.resource != "validatingadmissionpolicies" {
+				bad = append(bad, n.resource+": "+v+" on "+fmtList(n.names)+" not granted: cert-controller cannot rotate")
 			}
 		}
-		if !certRotation && len(granted) > 0 {
-			bad = append(bad, n.resource+": granted without self-managed certificates (the cert-manager overlay removes the rotation's RBAC)")
+		for _, v := range n.rendered {
+			if !granted[v] {
+				bad = append(bad, n.resource+": "+v+" not granted: the controller cannot render the FenceConfig")
+			}
+		}
+		for v := range granted {
+			if !certRotation && !slices.Contains(n.rendered, v) {
+				bad = append(bad, n.resource+": "+v+" granted without self-managed certificates (the cert-manager overlay removes the rotation's RBAC)")
+			}
 		}
 	}
 	return bad
@@ -153,6 +171,11 @@ func TestRBACFindingsCatchWidenedRules(t *testing.T) {
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{"sandbox-fence-webhook"}, Verbs: []string{"get", "update", "patch"}},
 	}}
+	policies := []string{"sandbox-fence-cilium-egress", "sandbox-fence-holder-epoch-repair", "sandbox-fence-strict-delete"}
+	renderRole := role{"ClusterRole", "", "sandbox-fence-webhook-render", []rbacv1.PolicyRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies"}, ResourceNames: policies, Verbs: []string{"patch"}},
+	}}
 	list := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}}
 	write := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"sandbox-fence-webhook-cert"}, Verbs: []string{"get", "update", "patch"}}
 	with := func(r rbacv1.PolicyRule, f func(*rbacv1.PolicyRule)) rbacv1.PolicyRule {
@@ -175,9 +198,14 @@ func TestRBACFindingsCatchWidenedRules(t *testing.T) {
 		{"listing Secrets cluster-wide is a finding", []role{secretRole(write), {"ClusterRole", "", "x", []rbacv1.PolicyRule{list}}, webhookRole}, 2},
 		{"patch on webhook configurations without resourceNames is a finding", []role{secretRole(list, write), {"ClusterRole", "", "x", []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"patch"}}}}, webhookRole}, 1},
 		{"a lost write is a finding", []role{secretRole(list, with(write, func(r *rbacv1.PolicyRule) { r.Verbs = []string{"get"} })), webhookRole}, 2},
+		{"patch on every policy is a finding: it could switch any policy off", []role{secretRole(list, write), webhookRole,
+			{"ClusterRole", "", "x", []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies"}, Verbs: []string{"patch"}}}}}, 1},
+		{"patch on a policy the fence does not render is a finding", []role{secretRole(list, write), webhookRole,
+			{"ClusterRole", "", "x", []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies"},
+				ResourceNames: []string{"sandbox-fence-holder-epoch"}, Verbs: []string{"patch"}}}}}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := rbacFindings(tc.roles, ns, true); len(got) != tc.want {
+			if got := rbacFindings(append(tc.roles, renderRole), ns, true); len(got) != tc.want {
 				t.Errorf("%d findings, want %d: %q", len(got), tc.want, got)
 			}
 		})

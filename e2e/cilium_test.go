@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
+	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -146,6 +147,21 @@ func TestOperatorIsNotFencedAndHostCannotTouchTheOperatorsPolicies(t *testing.T)
 // fence, not RBAC, ties a host to its namespaces.
 func TestHostOutsideItsNamespaceIsRefused(t *testing.T) {
 	requirePolicy(t, framework.PolicyCiliumEgress)
+	claim := hostClaim(t)
+	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = grantOtherHostTheHostsRole(t, cnp)
+	framework.ExpectDenied(t, "other host writes a policy in the host's namespace", err, framework.PolicyCiliumEgress)
+}
+
+// grantOtherHostTheHostsRole binds the other host to the host's Role in the
+// host's namespace, so that only the fence can refuse its writes there, and
+// returns the answer to its dry-run create of probe once that answer comes
+// from admission (RBAC's caches settle asynchronously).
+func grantOtherHostTheHostsRole(t *testing.T, probe *unstructured.Unstructured) error {
+	t.Helper()
 	ctx := testContext(t)
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name("other-host-misgrant"), Namespace: env.HostNamespace},
@@ -158,27 +174,74 @@ func TestHostOutsideItsNamespaceIsRefused(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Admin.Kube.RbacV1().RoleBindings(env.HostNamespace).Delete(context.Background(), rb.Name, metav1.DeleteOptions{})
 	})
-	claim := hostClaim(t)
-	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// RBAC caches settle asynchronously: poll until the refusal comes from
-	// admission rather than from RBAC.
 	var last framework.Verdict
-	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "other host's write reaches admission", func(ctx context.Context) (bool, string, error) {
-		_, err := env.OtherHost.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Create(ctx, cnp, metav1.CreateOptions{})
+	err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "other host's write reaches admission", func(ctx context.Context) (bool, string, error) {
+		_, err := env.OtherHost.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		last = framework.VerdictOf(err)
-		if last.Admitted {
-			_ = env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Delete(ctx, cnp.GetName(), metav1.DeleteOptions{})
-			return true, "", nil
-		}
-		return last.By != "", last.String(), nil
+		return last.Admitted || last.By != "", last.String(), nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	framework.ExpectDenied(t, "other host writes a policy in the host's namespace", last.Err, framework.PolicyCiliumEgress)
+	return last.Err
+}
+
+// No host reaches another host's sandboxes (contract §4.7), in the two ways
+// a security review got there on the real API server: a FenceConfig that
+// lists one namespace for both hosts, where each could create or delete
+// the other's per-sandbox policies; and a namespace listed for a host
+// without the opt-in label, where the host was not fenced at all (§4.3
+// rule 8). Both were admitted before.
+func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
+	requirePolicy(t, framework.PolicyCiliumEgress)
+	ctx := testContext(t)
+	claim := hostClaim(t)
+	hostsPolicy, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, env.Host, framework.CNPGVR, hostsPolicy)
+	restore := func() {
+		if err := env.ConfigureFence(context.Background(), fencev1.DefaultConfigName); err != nil {
+			t.Errorf("restoring the FenceConfig: %v", err)
+		}
+		if err := env.WaitForEnforcement(context.Background(), logf); err != nil {
+			t.Errorf("after restoring the FenceConfig: %v", err)
+		}
+	}
+
+	t.Run("a namespace listed for two hosts is neither's", func(t *testing.T) {
+		spec := env.FenceConfigSpec()
+		spec.Hosts[1].Namespaces = append(spec.Hosts[1].Namespaces, env.HostNamespace)
+		if err := env.ConfigureFenceSpec(ctx, fencev1.DefaultConfigName, spec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(restore)
+		const shared = "is listed for more than one host"
+		probe := hostsPolicy.DeepCopy()
+		if err := env.WaitDenied(ctx, framework.Marker{Name: "shared namespace rendered", As: env.Host, Obj: probe, Want: shared}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		err := grantOtherHostTheHostsRole(t, probe)
+		framework.ExpectDenied(t, "the other host creates the host's sandbox's policy", err, framework.PolicyCiliumEgress, shared)
+		err = env.OtherHost.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Delete(ctx, hostsPolicy.GetName(), metav1.DeleteOptions{})
+		framework.ExpectDenied(t, "the other host deletes the host's sandbox's policy", err, framework.PolicyCiliumEgress, shared)
+	})
+
+	t.Run("a namespace listed for a host but not opted in refuses the host", func(t *testing.T) {
+		ns := unfencedNamespace(t)
+		spec := env.FenceConfigSpec()
+		spec.Hosts[0].Namespaces = append(spec.Hosts[0].Namespaces, ns)
+		if err := env.ConfigureFenceSpec(ctx, fencev1.DefaultConfigName, spec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(restore)
+		world := operatorPolicy(ns)
+		if err := env.WaitDenied(ctx, framework.Marker{Name: "listed namespace rendered", As: env.Host, Obj: world,
+			Want: "lacks the label fence.sandbox.namzu.ai/enabled=true"}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // Teardown sends no DELETE: the garbage collector removes the policy with its

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -54,13 +55,12 @@ func TestFenceConfigBindsOnlyServiceAccountsOutsideKubeSystem(t *testing.T) {
 	}
 }
 
-// A missing FenceConfig blocks no one but bound hosts (contract §8.3): the
-// policy then fences nobody, since it cannot tell hosts apart and must not
-// block the garbage collector, the namespace controller or operators; the
-// webhook refuses every identity that may be a host instead. Before the fix
-// the policy refused every CiliumNetworkPolicy request in opted-in
-// namespaces: a namespace holding a per-sandbox policy stayed Terminating,
-// and a policy whose owner was deleted was never collected.
+// A missing FenceConfig blocks no one but the identities that may be bound
+// hosts (contract §8.3): the controller renders the missing state into the
+// egress policy, which then refuses every ServiceAccount outside
+// kube-system in opted-in namespaces and lets the garbage collector, the
+// namespace controller and operators through, so orphans are collected and
+// a namespace holding fenced objects deletes.
 func TestMissingFenceConfigBlocksOnlyBoundHosts(t *testing.T) {
 	requireWebhook(t)
 	ctx := testContext(t)
@@ -86,13 +86,13 @@ func TestMissingFenceConfigBlocksOnlyBoundHosts(t *testing.T) {
 
 	removeFenceConfig(t)
 
-	t.Run("the host's policy create is refused by the webhook", func(t *testing.T) {
+	t.Run("the host's policy create is refused by the egress policy", func(t *testing.T) {
 		_, err := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(ns).Create(ctx, later, metav1.CreateOptions{})
-		framework.ExpectDenied(t, "host create without configuration", err, webhookSuffix, "cilium-fence:", `FenceConfig "sandbox-fence" not found`)
+		framework.ExpectDenied(t, "host create without configuration", err, framework.PolicyCiliumEgress, "cilium-fence:", missingConfig)
 	})
-	t.Run("the host's delete of its own policy is refused by the webhook", func(t *testing.T) {
+	t.Run("the host's delete of its own policy is refused by the egress policy", func(t *testing.T) {
 		err := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(ns).Delete(ctx, kept.GetName(), metav1.DeleteOptions{})
-		framework.ExpectDenied(t, "host delete without configuration", err, webhookSuffix, "cilium-fence:", `FenceConfig "sandbox-fence" not found`)
+		framework.ExpectDenied(t, "host delete without configuration", err, framework.PolicyCiliumEgress, "cilium-fence:", missingConfig)
 	})
 	t.Run("the operator writes and deletes its policies in the fenced namespace", func(t *testing.T) {
 		p := operatorPolicy(ns)
@@ -186,27 +186,6 @@ func expectNamespaceDeleted(t *testing.T, ns string, timeout time.Duration) time
 	return took
 }
 
-// removeLeftovers handles what a deletion of ns that started while an API
-// server was starting left stored in the gone namespace. That happened once
-// in CI (v1.33: the namespace went, its claim, Sandbox and policies stayed),
-// and is not the fence's doing: the namespace controller removed the
-// namespace, and nothing the fence refuses makes it skip a resource. It is
-// logged, and removed the way docs/kubectl-fence.md tells an admin
-// (namespace-missing: create the namespace again, delete it), which must
-// then leave nothing; later tests audit the whole cluster.
-func removeLeftovers(t *testing.T, ns string) {
-	t.Helper()
-	left := storedIn(t, ns)
-	if len(left) == 0 {
-		return
-	}
-	t.Logf("LEFT BEHIND: namespace %s went while an API server started, and %s stayed stored in it; removing them by creating the namespace again and deleting it", ns, strings.Join(left, ", "))
-	if _, err := env.Admin.Kube.CoreV1().Namespaces().Create(testContext(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating namespace %s again to remove what it held: %v", ns, err)
-	}
-	expectNamespaceDeleted(t, ns, 3*time.Minute)
-}
-
 // storedIn lists the Sandboxes, claims and CiliumNetworkPolicies stored in
 // ns, which may no longer exist (a list does not need the namespace).
 func storedIn(t *testing.T, ns string) []string {
@@ -253,6 +232,10 @@ func waitNamespaceGone(t *testing.T, ns string, timeout time.Duration) {
 // removeFenceConfig deletes the FenceConfig for the rest of the test, waits
 // until both enforcers have seen it go, and restores it when the test ends,
 // waiting until both see it again.
+// missingConfig is what the egress policy says while the FenceConfig is
+// missing (contract §8.3).
+const missingConfig = `FenceConfig "sandbox-fence" not found, so bound hosts cannot be told from other ServiceAccounts`
+
 func removeFenceConfig(t *testing.T) {
 	t.Helper()
 	ctx := testContext(t)
@@ -296,19 +279,113 @@ func removeFenceConfig(t *testing.T) {
 	if err := configs.Delete(ctx, fencev1.DefaultConfigName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Both enforcers have seen it go once the webhook refuses the host's
-	// unprefixed policy for the missing configuration (the policy, which
-	// refuses that name from a bound host, fences nobody now), and the
+	// The controller has rendered it once the egress policy refuses the
+	// host's unprefixed policy for the missing configuration, and the
 	// operator's policy is admitted.
 	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, "marker", "00000000-0000-4000-8000-000000000002", []string{"example.com"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cnp.SetName("marker-without-prefix")
-	if err := env.WaitDenied(ctx, framework.Marker{Name: "webhook without configuration", As: env.Host, Obj: cnp, Want: `FenceConfig "sandbox-fence" not found`}, time.Minute); err != nil {
+	if err := env.WaitDenied(ctx, framework.Marker{Name: "egress policy without configuration", As: env.Host, Obj: cnp, Want: missingConfig}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.WaitAdmitted(ctx, framework.Marker{Name: "policy without configuration, operator", As: env.Operator, Obj: operatorPolicy(env.HostNamespace)}, time.Minute); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTheControllerRendersEveryChange: a FenceConfig change is in force once
+// the controller in the webhook binary has rendered it into the policies
+// and the webhook configuration (contract §8.3). It measures how long that
+// takes on a real API server (the figure docs/install.md states) and that
+// the Rendered condition then names the new generation.
+func TestTheControllerRendersEveryChange(t *testing.T) {
+	requireShipped(t)
+	requireWebhook(t)
+	ctx := testContext(t)
+	configs := env.Admin.Dynamic.Resource(framework.FenceConfigGVR)
+	saved, err := configs.Get(ctx, fencev1.DefaultConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, _, _ := unstructured.NestedSlice(saved.Object, "spec", "hosts")
+	if len(hosts) == 0 {
+		t.Fatal("the suite's FenceConfig binds no host")
+	}
+	restore, err := json.Marshal(map[string]any{"spec": map[string]any{"hosts": hosts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := configs.Patch(context.Background(), fencev1.DefaultConfigName, types.MergePatchType, restore, metav1.PatchOptions{}); err != nil {
+			t.Errorf("restoring the FenceConfig: %v", err)
+		}
+	})
+	// One namespace more for the first host: nothing else changes.
+	probe := name("render-probe")
+	changed := append([]any(nil), hosts...)
+	first := changed[0].(map[string]any)
+	first = map[string]any{"username": first["username"], "namespaces": append(append([]any(nil), first["namespaces"].([]any)...), probe)}
+	changed[0] = first
+	body, err := json.Marshal(map[string]any{"spec": map[string]any{"hosts": changed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	updated, err := configs.Patch(ctx, fencev1.DefaultConfigName, types.MergePatchType, body, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	generation := updated.GetGeneration()
+	vaps := env.Admin.Kube.AdmissionregistrationV1().ValidatingAdmissionPolicies()
+	vwcs := env.Admin.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	var inPolicies, inWebhook, reported time.Duration
+	err = framework.Eventually(ctx, 30*time.Second, 10*time.Millisecond, "the change rendered and reported", func(ctx context.Context) (bool, string, error) {
+		if inPolicies == 0 {
+			p, err := vaps.Get(ctx, framework.PolicyCiliumEgress, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			for _, v := range p.Spec.Variables {
+				if v.Name == "config" && strings.Contains(v.Expression, fmt.Sprintf(`"generation": dyn(%d)`, generation)) && strings.Contains(v.Expression, probe) {
+					inPolicies = time.Since(start)
+				}
+			}
+		}
+		if inWebhook == 0 {
+			w, err := vwcs.Get(ctx, framework.WebhookConfigName, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			for _, c := range w.Webhooks[0].MatchConditions {
+				if c.Name == "bound-hosts" && strings.Contains(c.Expression, probe) {
+					inWebhook = time.Since(start)
+				}
+			}
+		}
+		if reported == 0 {
+			cfg, err := configs.Get(ctx, fencev1.DefaultConfigName, metav1.GetOptions{})
+			if err != nil {
+				return false, "", err
+			}
+			conds, _, _ := unstructured.NestedSlice(cfg.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == fencev1.ConditionRendered && m["status"] == "True" && m["observedGeneration"] == generation {
+					reported = time.Since(start)
+				}
+			}
+		}
+		return inPolicies > 0 && inWebhook > 0 && reported > 0,
+			fmt.Sprintf("policies %v, webhook %v, condition %v", inPolicies, inWebhook, reported), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE render | generation %d in the egress policy %s, in the webhook configuration %s, Rendered condition %s after the write",
+		generation, inPolicies.Round(time.Millisecond), inWebhook.Round(time.Millisecond), reported.Round(time.Millisecond))
+	if inPolicies > 5*time.Second || inWebhook > 5*time.Second {
+		t.Errorf("rendering took %s (policies) and %s (webhook), want within 5 s", inPolicies, inWebhook)
 	}
 }

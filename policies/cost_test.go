@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
@@ -27,7 +27,7 @@ const costBudget = vapeval.PerCallLimit / 100
 type costInput struct {
 	name   string
 	req    vapeval.Request
-	params *unstructured.Unstructured
+	config policyconfig.Config
 }
 
 // TestCELCost evaluates every expression of every policy, compiled exactly
@@ -59,6 +59,7 @@ type costInput struct {
 func TestCELCost(t *testing.T) {
 	inputs := caseInputs(t)
 	inputs = append(inputs, adversarialInputs(t)...)
+	inputs = append(inputs, nullShapes(inputs)...)
 	nss := map[string]*corev1.Namespace{}
 	for _, ns := range namespaces(t) {
 		nss[ns.Name] = ns
@@ -86,19 +87,39 @@ func TestCELCost(t *testing.T) {
 	var worstTransitiveField, worstRequestPolicy string
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "policy\texpression\town cost (per call)\t%% of per-call limit\tworst input\ttransitive\tworst input\tstatic estimate\t\n")
-	for _, p := range loadBundle(t) {
-		exprs, err := vapeval.CompileExpressions(p.Policy)
-		if err != nil {
-			t.Fatal(err)
+	for _, shipped := range loadBundle(t) {
+		// The expressions as the controller renders them for each
+		// configuration the inputs ask for; the fields are the same in
+		// every rendering, so the worst costs add up per field.
+		type compiled struct {
+			exprs  []*vapeval.Expression
+			passes []*vapeval.Pass
+			plugin *vapeval.Passes
 		}
-		passes, err := vapeval.CompilePassReads(p.Policy)
-		if err != nil {
-			t.Fatal(err)
+		renderings := map[string]*compiled{}
+		compile := func(c policyconfig.Config) *compiled {
+			if r, ok := renderings[c.Expression()]; ok {
+				return r
+			}
+			pol := policyconfig.Render(shipped.Policy, c)
+			exprs, err := vapeval.CompileExpressions(pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			passes, err := vapeval.CompilePassReads(pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plugin, err := vapeval.CompilePasses(pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &compiled{exprs, passes, plugin}
+			renderings[c.Expression()] = r
+			return r
 		}
-		plugin, err := vapeval.CompilePasses(p.Policy)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := shipped
+		exprs := compile(policyconfig.Config{State: policyconfig.Unrendered}).exprs
 		static := staticCosts(t, p.Policy, schemas, mapper)
 		own := make([]worst, len(exprs))
 		transitive := make([]worst, len(exprs))
@@ -115,14 +136,9 @@ func TestCELCost(t *testing.T) {
 			if !matches(p.Policy, in.req) {
 				continue
 			}
-			var params runtime.Object
-			if p.Policy.Spec.ParamKind != nil {
-				if in.params == nil {
-					continue // the binding's parameterNotFoundAction decides; nothing is evaluated
-				}
-				params = in.params
-			}
-			prepared, err := vapeval.NewInput(in.req, params, nss[in.req.Namespace])
+			r := compile(in.config)
+			exprs, passes, plugin := r.exprs, r.passes, r.plugin
+			prepared, err := vapeval.NewInput(in.req, nil, nss[in.req.Namespace])
 			if err != nil {
 				t.Fatalf("%s: %v", in.name, err)
 			}
@@ -326,16 +342,7 @@ func caseInputs(t *testing.T) []costInput {
 			if err != nil {
 				t.Fatalf("%s: %v", c.File, err)
 			}
-			in := costInput{name: dir + "/" + c.Name(), req: req, params: def}
-			switch {
-			case c.Params.Absent:
-				in.params = nil
-			case c.Params.Spec != nil:
-				in.params = def.DeepCopy()
-				in.params.Object["spec"] = runtime.DeepCopyJSONValue(c.Params.Spec)
-				in.params = served(t, in.params)
-			}
-			out = append(out, in)
+			out = append(out, costInput{name: dir + "/" + c.Name(), req: req, config: caseConfig(t, def, c.Params)})
 		}
 	}
 	return out
@@ -345,7 +352,7 @@ func caseInputs(t *testing.T) []costInput {
 // as its guards allow, and beyond them.
 func adversarialInputs(t *testing.T) []costInput {
 	t.Helper()
-	def := defaultParams(t)
+	def := caseConfig(t, defaultParams(t), vapeval.CaseParams{})
 	big := strings.Repeat("9", 1<<20)
 	var out []costInput
 	sandbox := func(anns map[string]string) *unstructured.Unstructured {
@@ -372,7 +379,7 @@ func adversarialInputs(t *testing.T) []costInput {
 		{"5000 other annotations", many, withKey(many, epochKey, "3")},
 	} {
 		for _, u := range []string{hostUser, "alice@example.com"} {
-			out = append(out, costInput{name: "sandbox: " + anns.name + " by " + u, params: def, req: vapeval.Request{
+			out = append(out, costInput{name: "sandbox: " + anns.name + " by " + u, config: def, req: vapeval.Request{
 				Operation: admission.Update, Kind: sandboxGVK, Resource: resourceOf(t, sandboxGVK), Namespace: "sbx", Name: "ws",
 				Object: sandbox(anns.new), OldObject: sandbox(anns.old), User: &user.DefaultInfo{Name: u, Groups: manyGroups()}}})
 		}
@@ -395,12 +402,56 @@ func adversarialInputs(t *testing.T) []costInput {
 		if op != admission.Delete {
 			req.Object = claim
 		}
-		out = append(out, costInput{name: "claim with 5000 finalizers: " + string(op), params: def, req: req})
+		out = append(out, costInput{name: "claim with 5000 finalizers: " + string(op), config: def, req: req})
 	}
 	for _, w := range worstPolicies() {
-		out = append(out, costInput{name: "cnp: " + w.name, params: bigParams(def), req: vapeval.Request{
+		out = append(out, costInput{name: "cnp: " + w.name, config: bigConfig(t), req: vapeval.Request{
 			Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK), Namespace: "sbx", Name: w.obj.GetName(),
 			Object: w.obj, User: &user.DefaultInfo{Name: hostUser, Groups: manyGroups()}}})
+	}
+	return out
+}
+
+// nullShapes are requests the API server can send that no case writes:
+// each metadata field a policy reads (annotations, labels, finalizers,
+// ownerReferences) set to null in the new or the stored object, as a
+// server-side apply that drops the last entry it owns sends it. From the
+// first case of each policy and operation. TestCELCost requires that no
+// expression errors on them: with failurePolicy Ignore an error would
+// admit (contract §8.8 item 4). Before the holder-epoch policy read a null
+// annotations map as one, an apply dropping a positive epoch was refused
+// with an evaluation error instead of rule 5.
+func nullShapes(inputs []costInput) []costInput {
+	var out []costInput
+	seen := map[string]bool{}
+	for _, in := range inputs {
+		dir, _, _ := strings.Cut(in.name, "/")
+		key := dir + " " + string(in.req.Operation) + " " + in.req.Resource.Resource
+		if seen[key] || strings.Contains(in.name, ":") {
+			continue
+		}
+		seen[key] = true
+		for _, field := range []string{"annotations", "labels", "finalizers", "ownerReferences"} {
+			for _, which := range []string{"object", "oldObject"} {
+				req := in.req
+				target := &req.Object
+				if which == "oldObject" {
+					target = &req.OldObject
+				}
+				u, ok := (*target).(*unstructured.Unstructured)
+				if !ok || u == nil {
+					continue
+				}
+				u = u.DeepCopy()
+				md, _ := u.Object["metadata"].(map[string]any)
+				if md == nil {
+					continue
+				}
+				md[field] = nil
+				*target = u
+				out = append(out, costInput{name: "null shape: " + in.name + " with " + which + ".metadata." + field + ": null", req: req, config: in.config})
+			}
+		}
 	}
 	return out
 }
@@ -427,31 +478,45 @@ func manyGroups() []string {
 	return g
 }
 
-// bigParams is a FenceConfig at its schema's limits: 64 hosts of 64
-// namespaces, 64 break-glass users and groups; the host is the last entry.
+// bigParams is a FenceConfig at its schema's limits: 64 hosts with the
+// longest ServiceAccount names, 512 namespaces of 63 characters in all, 16
+// break-glass users and groups of 256 characters that all need escaping;
+// the host is the last entry.
 func bigParams(def *unstructured.Unstructured) *unstructured.Unstructured {
 	p := def.DeepCopy()
 	var hosts, users, groups []any
+	label := func(prefix string, i int) string {
+		s := fmt.Sprintf("%s%d-", prefix, i)
+		return s + strings.Repeat("n", 63-len(s))
+	}
 	for i := range 63 {
 		var nss []any
-		for j := range 64 {
-			nss = append(nss, fmt.Sprintf("ns-%d-%d", i, j))
+		for j := range 8 {
+			nss = append(nss, label(fmt.Sprintf("ns%d-", i), j))
 		}
-		hosts = append(hosts, map[string]any{"username": fmt.Sprintf("system:serviceaccount:ns-%d:%s", i, strings.Repeat("h", 400)), "namespaces": nss})
+		sa := label(fmt.Sprintf("sa%d-", i), 0)
+		hosts = append(hosts, map[string]any{"username": "system:serviceaccount:" + sa + ":" + strings.Repeat("h", 253), "namespaces": nss})
 	}
 	var nss []any
-	for j := range 63 {
-		nss = append(nss, fmt.Sprintf("x-%d", j))
+	for j := range 7 {
+		nss = append(nss, label("x", j))
 	}
 	hosts = append(hosts, map[string]any{"username": hostUser, "namespaces": append(nss, "sbx")})
-	for i := range 64 {
-		users = append(users, fmt.Sprintf("user-%d-%s", i, strings.Repeat("u", 400)))
-		groups = append(groups, fmt.Sprintf("group-%d-%s", i, strings.Repeat("g", 400)))
+	for i := range 16 {
+		users = append(users, fmt.Sprintf("user-%d-%s", i, strings.Repeat(`"`, 240)))
+		groups = append(groups, fmt.Sprintf("group-%d-%s", i, strings.Repeat(`"`, 240)))
 	}
 	// The label key the served def carries (the CRD's default).
 	key, _, _ := unstructured.NestedString(def.Object, "spec", "perSandboxLabelKey")
 	p.Object["spec"] = map[string]any{"hosts": hosts, "breakGlass": map[string]any{"users": users, "groups": groups}, "perSandboxLabelKey": key}
 	return p
+}
+
+// bigConfig is bigParams rendered.
+func bigConfig(t testing.TB) policyconfig.Config {
+	t.Helper()
+	big := bigParams(defaultParams(t))
+	return caseConfig(t, big, vapeval.CaseParams{Spec: big.Object["spec"].(map[string]any)})
 }
 
 type worstPolicy struct {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -95,6 +97,25 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 			"hosts": []any{map[string]any{"username": "system:serviceaccount:a:h", "namespaces": []any{"Bad_NS"}}, map[string]any{"username": "system:serviceaccount:a:g"}},
 		}, []string{"spec.hosts[0].namespaces[0]", "spec.hosts[1].namespaces"}},
 		{"a label key that is not a qualified name", map[string]any{"perSandboxLabelKey": "a b"}, []string{"spec.perSandboxLabelKey"}},
+		// contract §4.3 rule 4: labels Cilium derives itself select pods
+		// nobody labelled.
+		{"a label key Cilium derives: a pod's namespace", map[string]any{"perSandboxLabelKey": "io.kubernetes.pod.namespace"}, []string{"spec.perSandboxLabelKey"}},
+		{"a label key Cilium derives: a policy's name", map[string]any{"perSandboxLabelKey": "io.cilium.k8s.policy.name"}, []string{"spec.perSandboxLabelKey"}},
+		// contract §8.5: break-glass is for a named few.
+		{"break-glass groups everyone or every ServiceAccount is in, and system:masters", map[string]any{
+			"breakGlass": map[string]any{"groups": []any{"system:authenticated", "ops"}},
+		}, []string{"spec.breakGlass.groups"}},
+		{"break-glass for the ServiceAccounts of a namespace", map[string]any{
+			"breakGlass": map[string]any{"groups": []any{"system:serviceaccounts:sandboxes"}},
+		}, []string{"spec.breakGlass.groups"}},
+		{"break-glass for system:masters", map[string]any{
+			"breakGlass": map[string]any{"groups": []any{"system:masters"}},
+		}, []string{"spec.breakGlass.groups"}},
+		{"a break-glass user with a control character", map[string]any{
+			"breakGlass": map[string]any{"users": []any{"alice\nbob"}},
+		}, []string{"spec.breakGlass.users[0]"}},
+		// docs/install.md, Limits: the rendering must fit one CEL expression.
+		{"513 namespaces in all", map[string]any{"hosts": manyNamespaces(513)}, []string{"spec.hosts"}},
 		// contract §8.7: the webhook routes only ServiceAccounts outside
 		// kube-system, so the schema refuses every other host identity.
 		{"hosts that are no ServiceAccount: an x509 user, an OIDC user, a group-like name", map[string]any{
@@ -236,4 +257,36 @@ func TestFenceConfigCRDCompilesFromTheMinimumOnly(t *testing.T) {
 		t.Errorf("at compatibility version %s (a server one minor older than %s) the CRD must fail on exactly its version gate, "+
 			"spec's first rule, whose message says %q; it fails on %d rules: %q", below, kubeversion.Minimum, wantMessage, len(problems), problems)
 	}
+}
+
+// TestTheLargestConfigurationRenders holds the FenceConfig schema's bounds
+// to what the policies can carry: a configuration at every limit at once
+// (TestCELCost's largest, which TestFenceConfigsAreValid requires the
+// schema to accept) renders into a CEL constant below the parser's limit,
+// so no valid FenceConfig is ever left Invalid for its size.
+func TestTheLargestConfigurationRenders(t *testing.T) {
+	c := bigConfig(t)
+	if c.State != policyconfig.Rendered {
+		t.Fatalf("the largest valid FenceConfig is %s: %s", c.State, c.Reason)
+	}
+	n := utf8.RuneCountInString(c.Expression())
+	t.Logf("the largest valid FenceConfig renders to %d of %d code points", n, policyconfig.MaxExpressionSize)
+	// One more namespace of the longest name, beyond the schema's 512, is
+	// what the margin must hold for no reason; a tenth of the limit.
+	if n > policyconfig.MaxExpressionSize*9/10 {
+		t.Errorf("the largest valid FenceConfig renders to %d code points: less than a tenth of the limit (%d) is left", n, policyconfig.MaxExpressionSize)
+	}
+}
+
+// manyNamespaces is hosts of 64 namespaces each, n namespaces in all.
+func manyNamespaces(n int) []any {
+	var hosts []any
+	for i := 0; n > 0; i++ {
+		var nss []any
+		for j := 0; j < 64 && n > 0; j, n = j+1, n-1 {
+			nss = append(nss, fmt.Sprintf("ns-%d-%d", i, j))
+		}
+		hosts = append(hosts, map[string]any{"username": fmt.Sprintf("system:serviceaccount:h%d:host", i), "namespaces": nss})
+	}
+	return hosts
 }

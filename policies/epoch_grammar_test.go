@@ -214,6 +214,7 @@ func startEpochProbes(t testing.TB) []epochProbe {
 	if err := unstructured.SetNestedField(params.Object, true, "spec", "strictDelete"); err != nil {
 		t.Fatal(err)
 	}
+	config := caseConfig(t, params, vapeval.CaseParams{Spec: params.Object["spec"].(map[string]any)})
 	fail, invalid := admissionregistrationv1.Fail, metav1.StatusReasonInvalid
 	var out []epochProbe
 	for _, c := range epochCopies {
@@ -228,8 +229,7 @@ func startEpochProbes(t testing.TB) []epochProbe {
 		p.Policy.Spec.AuditAnnotations = nil
 		p.Policy.Spec.FailurePolicy = &fail
 		h, err := vapeval.Start(context.Background(), vapeval.Env{
-			Policies: []*vapeval.PolicyDir{p}, Params: []*unstructured.Unstructured{params}, ParamCRDs: paramCRDs(t),
-			Namespaces: namespaces(t), Resources: vapeval.Resources,
+			Policies: vapeval.Rendered([]*vapeval.PolicyDir{p}, config), Namespaces: namespaces(t), Resources: vapeval.Resources,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
@@ -19,17 +20,22 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 }
 
 // installed summarises what a rendering installs: kind/name of every object,
-// and for each binding the policy and param it names.
+// for each binding the policy it names, and for each policy the controller
+// renders the FenceConfig it is rendered from.
 type installed struct {
 	Objects  []string
-	Bindings map[string][2]string
+	Bindings map[string]string
+	Configs  map[string]string
 }
 
 func summarise(t *testing.T, objs []*unstructured.Unstructured) installed {
 	t.Helper()
-	out := installed{Bindings: map[string][2]string{}}
+	out := installed{Bindings: map[string]string{}, Configs: map[string]string{}}
 	for _, r := range objs {
 		out.Objects = append(out.Objects, r.GetKind()+"/"+r.GetName())
+		if c, ok := r.GetLabels()[policyconfig.RenderLabel]; ok && r.GetKind() == "ValidatingAdmissionPolicy" {
+			out.Configs[r.GetName()] = c
+		}
 		if r.GetKind() != "ValidatingAdmissionPolicyBinding" {
 			continue
 		}
@@ -37,8 +43,7 @@ func summarise(t *testing.T, objs []*unstructured.Unstructured) installed {
 		if err != nil || !ok {
 			t.Fatalf("binding %s: spec.policyName: %v", r.GetName(), err)
 		}
-		param, _, _ := unstructured.NestedString(r.Object, "spec", "paramRef", "name")
-		out.Bindings[r.GetName()] = [2]string{policy, param}
+		out.Bindings[r.GetName()] = policy
 	}
 	sort.Strings(out.Objects)
 	return out
@@ -103,11 +108,16 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-binding",
 			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-repair-binding",
 		},
-		Bindings: map[string][2]string{
-			"sandbox-fence-cilium-egress-binding":       {"sandbox-fence-cilium-egress", "sandbox-fence"},
-			"sandbox-fence-cilium-owner-binding":        {"sandbox-fence-cilium-owner", ""},
-			"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
-			"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "sandbox-fence"},
+		Bindings: map[string]string{
+			"sandbox-fence-cilium-egress-binding":       "sandbox-fence-cilium-egress",
+			"sandbox-fence-cilium-owner-binding":        "sandbox-fence-cilium-owner",
+			"sandbox-fence-holder-epoch-binding":        "sandbox-fence-holder-epoch",
+			"sandbox-fence-holder-epoch-repair-binding": "sandbox-fence-holder-epoch-repair",
+		},
+		Configs: map[string]string{
+			"sandbox-fence-cilium-egress":       "sandbox-fence",
+			"sandbox-fence-holder-epoch-repair": "sandbox-fence",
+			"sandbox-fence-strict-delete":       "sandbox-fence",
 		},
 	}
 	if diff := cmp.Diff(want, summarise(t, render(t, "../config/vap"))); diff != "" {
@@ -130,8 +140,8 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 }
 
 // TestKustomizeNamePrefixRenamesReferences: an installation renames the
-// policies with namePrefix and every binding follows, including the param
-// name; the CRD keeps its name (the API server requires <plural>.<group>).
+// policies with namePrefix and every binding follows, and so does the
+// FenceConfig each rendered policy names; the CRD keeps its name (the API server requires <plural>.<group>).
 // The binding stays "<policy name>-binding", which the host looks up (contract §4.1).
 func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\n")))
@@ -149,11 +159,16 @@ func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-binding",
 			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-repair-binding",
 		},
-		Bindings: map[string][2]string{
-			"acme-sandbox-fence-cilium-egress-binding":       {"acme-sandbox-fence-cilium-egress", "acme-sandbox-fence"},
-			"acme-sandbox-fence-cilium-owner-binding":        {"acme-sandbox-fence-cilium-owner", ""},
-			"acme-sandbox-fence-holder-epoch-binding":        {"acme-sandbox-fence-holder-epoch", ""},
-			"acme-sandbox-fence-holder-epoch-repair-binding": {"acme-sandbox-fence-holder-epoch-repair", "acme-sandbox-fence"},
+		Bindings: map[string]string{
+			"acme-sandbox-fence-cilium-egress-binding":       "acme-sandbox-fence-cilium-egress",
+			"acme-sandbox-fence-cilium-owner-binding":        "acme-sandbox-fence-cilium-owner",
+			"acme-sandbox-fence-holder-epoch-binding":        "acme-sandbox-fence-holder-epoch",
+			"acme-sandbox-fence-holder-epoch-repair-binding": "acme-sandbox-fence-holder-epoch-repair",
+		},
+		Configs: map[string]string{
+			"acme-sandbox-fence-cilium-egress":       "acme-sandbox-fence",
+			"acme-sandbox-fence-holder-epoch-repair": "acme-sandbox-fence",
+			"acme-sandbox-fence-strict-delete":       "acme-sandbox-fence",
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -176,13 +191,20 @@ func TestKustomizePatchRenamesReferences(t *testing.T) {
       path: /metadata/name
       value: fence-config
 `)))
-	want := map[string][2]string{
-		"sandbox-fence-cilium-egress-binding":       {"egress-fence", "fence-config"},
-		"sandbox-fence-cilium-owner-binding":        {"sandbox-fence-cilium-owner", ""},
-		"sandbox-fence-holder-epoch-binding":        {"sandbox-fence-holder-epoch", ""},
-		"sandbox-fence-holder-epoch-repair-binding": {"sandbox-fence-holder-epoch-repair", "fence-config"},
+	want := installed{Objects: got.Objects,
+		Bindings: map[string]string{
+			"sandbox-fence-cilium-egress-binding":       "egress-fence",
+			"sandbox-fence-cilium-owner-binding":        "sandbox-fence-cilium-owner",
+			"sandbox-fence-holder-epoch-binding":        "sandbox-fence-holder-epoch",
+			"sandbox-fence-holder-epoch-repair-binding": "sandbox-fence-holder-epoch-repair",
+		},
+		Configs: map[string]string{
+			"egress-fence":                      "fence-config",
+			"sandbox-fence-holder-epoch-repair": "fence-config",
+			"sandbox-fence-strict-delete":       "fence-config",
+		},
 	}
-	if diff := cmp.Diff(want, got.Bindings); diff != "" {
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("rename patch (-want +got):\n%s", diff)
 	}
 }
@@ -192,8 +214,7 @@ func TestKustomizePatchRenamesReferences(t *testing.T) {
 // exactly its binding, which follows a rename like the others.
 func TestStrictDeleteComponentBindsThePolicy(t *testing.T) {
 	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\ncomponents:\n- "+relTo(t, "../config/vap/components/strict-delete")+"\n")))
-	want := [2]string{"acme-sandbox-fence-strict-delete", "acme-sandbox-fence"}
-	if diff := cmp.Diff(want, got.Bindings["acme-sandbox-fence-strict-delete-binding"]); diff != "" {
+	if diff := cmp.Diff("acme-sandbox-fence-strict-delete", got.Bindings["acme-sandbox-fence-strict-delete-binding"]); diff != "" {
 		t.Errorf("strict-delete binding (-want +got):\n%s", diff)
 	}
 	if _, ok := summarise(t, render(t, "../config/default")).Bindings["sandbox-fence-strict-delete-binding"]; ok {

@@ -11,8 +11,12 @@ import (
 // TestPolicyConventions holds every shipped policy to contract §8.1 and the
 // shared names: denials are 422 Invalid with a family-prefixed static
 // message (the fallback when a messageExpression fails) and a
-// messageExpression; the policy fails closed; each binding is
-// "<policy name>-binding" and denies. (The shipped YAML is the Deny mode;
+// messageExpression; each binding is "<policy name>-binding" and denies.
+// And to contract §8.8: no policy resolves a parameter (nothing for an API
+// server to map after it starts), each has failurePolicy Ignore and a
+// namespaceSelector, so that a namespace gone with objects still stored
+// fails only that selector's lookup, which Ignore skips
+// (TestLeftoversOfAVanishedNamespaceStayDeletable shows both matter). (The shipped YAML is the Deny mode;
 // Warn and Audit are kustomize components, held to internal/enforcement's
 // table by TestComponentsApplyTheModeTable.)
 func TestPolicyConventions(t *testing.T) {
@@ -22,15 +26,14 @@ func TestPolicyConventions(t *testing.T) {
 		if strings.Contains(pol.Name, "cilium") {
 			prefix = "cilium-fence: "
 		}
-		// The repair policy is the one exception: its configuration error
-		// (an unmappable paramKind) comes before matchConditions and would
-		// refuse every Sandbox UPDATE in the cluster; see its policy.yaml.
-		wantFailure := admissionregistrationv1.Fail
-		if pol.Name == "sandbox-fence-holder-epoch-repair" {
-			wantFailure = admissionregistrationv1.Ignore
+		if pol.Spec.FailurePolicy == nil || *pol.Spec.FailurePolicy != admissionregistrationv1.Ignore {
+			t.Errorf("%s: spec.failurePolicy must be Ignore", pol.Name)
 		}
-		if pol.Spec.FailurePolicy == nil || *pol.Spec.FailurePolicy != wantFailure {
-			t.Errorf("%s: spec.failurePolicy must be %s", pol.Name, wantFailure)
+		if sel := pol.Spec.MatchConstraints.NamespaceSelector; sel == nil || len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+			t.Errorf("%s: spec.matchConstraints.namespaceSelector must select (kubernetes.io/metadata.name Exists matches every namespace)", pol.Name)
+		}
+		if pol.Spec.ParamKind != nil || b.Spec.ParamRef != nil {
+			t.Errorf("%s: no paramKind or paramRef: configuration is rendered into the policy (internal/policyconfig)", pol.Name)
 		}
 		if len(pol.Spec.Validations) == 0 {
 			t.Errorf("%s: no validations", pol.Name)
@@ -51,12 +54,6 @@ func TestPolicyConventions(t *testing.T) {
 		}
 		if len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
 			t.Errorf("%s: validationActions must be [Deny], got %v", b.Name, b.Spec.ValidationActions)
-		}
-		if (pol.Spec.ParamKind != nil) != (b.Spec.ParamRef != nil) {
-			t.Errorf("%s: a policy with paramKind needs a binding with paramRef and vice versa", b.Name)
-		}
-		if b.Spec.ParamRef != nil && (b.Spec.ParamRef.Name != "sandbox-fence" || b.Spec.ParamRef.Namespace != "" || b.Spec.ParamRef.ParameterNotFoundAction == nil) {
-			t.Errorf("%s: paramRef must name the cluster-scoped FenceConfig sandbox-fence (no namespace) with an explicit parameterNotFoundAction", b.Name)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package policies_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
@@ -131,31 +132,42 @@ func newHarnesses(t testing.TB) *harnesses {
 
 func (h *harnesses) forParams(p vapeval.CaseParams) *vapeval.Harness {
 	h.t.Helper()
-	var params []*unstructured.Unstructured
-	switch {
-	case p.Absent:
-	case p.Spec != nil: // spec: {} is the shipped empty configuration
-		o := h.params.DeepCopy()
-		o.Object["spec"] = runtime.DeepCopyJSONValue(p.Spec)
-		params = append(params, o)
-	default:
-		params = append(params, h.params)
-	}
-	key, err := json.Marshal(params)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	c := caseConfig(h.t, h.params, p)
+	key := c.Expression()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s, ok := h.started[string(key)]; ok {
+	if s, ok := h.started[key]; ok {
 		return s
 	}
-	s, err := vapeval.Start(context.Background(), vapeval.Env{Policies: h.bundle, Params: params, ParamCRDs: paramCRDs(h.t), Namespaces: h.nss, Resources: vapeval.Resources})
+	s, err := vapeval.Start(context.Background(), vapeval.Env{Policies: vapeval.FailClosed(vapeval.Rendered(h.bundle, c)), Namespaces: h.nss, Resources: vapeval.Resources})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.started[string(key)] = s
+	h.started[key] = s
 	return s
+}
+
+// caseConfig is the configuration a case asks for, as the controller would
+// render it: from the default FenceConfig or the case's spec (served, so
+// with the CRD's defaults), missing, or the shipped placeholder.
+func caseConfig(t testing.TB, defaults *unstructured.Unstructured, p vapeval.CaseParams) policyconfig.Config {
+	t.Helper()
+	switch {
+	case p.Unrendered:
+		return policyconfig.Config{State: policyconfig.Unrendered}
+	case p.Absent:
+		return policyconfig.FromFenceConfig(defaults.GetName(), nil)
+	}
+	o := defaults.DeepCopy()
+	if p.Spec != nil { // spec: {} is the shipped empty configuration
+		o.Object["spec"] = runtime.DeepCopyJSONValue(p.Spec)
+		o = served(t, o)
+	}
+	cfg := &fencev1alpha1.FenceConfig{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return policyconfig.FromFenceConfig(cfg.Name, cfg)
 }
 
 // TestPolicyCases runs every policies/<name>/tests/<case>.yaml through the

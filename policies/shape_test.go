@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
@@ -29,7 +30,10 @@ import (
 // admitted cases (a key removed, an unknown key added, a value replaced by
 // each of a set of edge values, a list emptied or an item repeated).
 func TestShapeOKMatchesTheProblemLists(t *testing.T) {
-	policy := bundledPolicy(t, "sandbox-fence-cilium-egress")
+	// Rendered with the default configuration; inputs of another are
+	// skipped (their requests are the same shapes).
+	def := caseConfig(t, defaultParams(t), vapeval.CaseParams{})
+	policy := policyconfig.Render(bundledPolicy(t, "sandbox-fence-cilium-egress"), def)
 	// The lists in full: shapeOK forced false, its expression kept as
 	// shapeOKUnderTest.
 	found := false
@@ -67,10 +71,10 @@ func TestShapeOKMatchesTheProblemLists(t *testing.T) {
 	ctx := context.Background()
 	checked, fast, invalid := 0, 0, 0
 	for _, in := range inputs {
-		if !matches(policy, in.req) || in.params == nil || in.req.Resource.Resource != "ciliumnetworkpolicies" {
+		if !matches(policy, in.req) || in.config.Expression() != def.Expression() || in.req.Resource.Resource != "ciliumnetworkpolicies" {
 			continue
 		}
-		ev := check.Evaluate(ctx, in.req, in.params, nss[in.req.Namespace])
+		ev := check.Evaluate(ctx, in.req, nil, nss[in.req.Namespace])
 		if ev.Err != nil && strings.HasPrefix(in.name, "mutant: ") && strings.Contains(ev.Err.Error(), "no such overload") {
 			// A mutation that puts a value of the wrong type where the
 			// CRD schema allows only another: the API server refuses
@@ -129,7 +133,7 @@ func egressMutants(t *testing.T, inputs []costInput) []costInput {
 			o.Object["spec"].(map[string]any)["egress"] = m.value
 			req := in.req
 			req.Object = o
-			out = append(out, costInput{name: "mutant: " + in.name + " with " + m.what, req: req, params: in.params})
+			out = append(out, costInput{name: "mutant: " + in.name + " with " + m.what, req: req, config: in.config})
 		}
 	}
 	return out
@@ -249,7 +253,10 @@ func deepCopy(v any) any {
 // message when the validation passed. It also requires the guards to be
 // there, on the validations that a write or a DELETE evaluates most.
 func TestMessageGuards(t *testing.T) {
-	policy := bundledPolicy(t, "sandbox-fence-cilium-egress")
+	// Rendered with the default configuration; inputs of another are
+	// skipped (their requests are the same shapes).
+	def := caseConfig(t, defaultParams(t), vapeval.CaseParams{})
+	policy := policyconfig.Render(bundledPolicy(t, "sandbox-fence-cilium-egress"), def)
 	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	guarded := 0
 	for i, v := range policy.Spec.Validations {

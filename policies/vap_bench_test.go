@@ -2,14 +2,11 @@ package policies_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -84,46 +81,28 @@ func benchRequests(b *testing.B) map[string]vapeval.Request {
 	}
 }
 
-// benchBundles are the bundles BenchmarkVAPs compares in one run: the
-// shipped one, and the shipped one with the two CiliumNetworkPolicy fence
-// policies as they were before issue 17 item 6 cut their CEL
-// (testdata/before-issue17, a frozen copy). benchstat -col /policies puts
-// them side by side.
-var benchBundles = []struct{ name, override string }{
-	{"before", "testdata/before-issue17"},
-	{"after", ""},
-}
-
 // BenchmarkVAPs runs each request through the apiserver's own validating
-// admission policy plugin with the whole bundle bound (matching, params,
-// namespace lookup, CEL, messages, audit annotations): ns/op is the
-// admission time the policies add to that request in the apiserver. It also
-// reports the CEL cost the server charges for it (cel-cost/op: every pass
-// the plugin runs, see vapeval.PassCost; cel-validations/op: the match
-// conditions and validations alone, the figure this benchmark reported
-// before issue 17 item 6) and the largest single expression as a share of
-// the per-call limit.
+// admission policy plugin with the whole bundle bound and the default
+// configuration rendered (matching, namespace lookup, CEL, messages, audit
+// annotations): ns/op is the admission time the policies add to that
+// request in the apiserver. It also reports the CEL cost the server
+// charges for it (cel-cost/op: every pass the plugin runs, see
+// vapeval.PassCost; cel-validations/op: the match conditions and
+// validations alone) and the largest single expression as a share of the
+// per-call limit.
 func BenchmarkVAPs(b *testing.B) {
 	ctx := context.Background()
-	type started struct {
-		h      *vapeval.Harness
-		bundle []*vapeval.PolicyDir
+	config := caseConfig(b, defaultParams(b), vapeval.CaseParams{})
+	bundle := vapeval.Rendered(loadBundle(b), config)
+	nss := namespaces(b)
+	h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Namespaces: nss, Resources: vapeval.Resources})
+	if err != nil {
+		b.Fatal(err)
 	}
-	var runs []started
-	var params *unstructured.Unstructured
+	defer h.Stop()
 	nsByName := map[string]*corev1.Namespace{}
-	for _, bb := range benchBundles {
-		bundle, p, nss := benchBundle(b, bb.override)
-		params = p
-		h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Params: []*unstructured.Unstructured{p}, ParamCRDs: paramCRDs(b), Namespaces: nss, Resources: vapeval.Resources})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer h.Stop()
-		runs = append(runs, started{h, bundle})
-		for _, ns := range nss {
-			nsByName[ns.Name] = ns
-		}
+	for _, ns := range nss {
+		nsByName[ns.Name] = ns
 	}
 	reqs := benchRequests(b)
 	names := make([]string, 0, len(reqs))
@@ -134,24 +113,19 @@ func BenchmarkVAPs(b *testing.B) {
 	for _, name := range names {
 		req := reqs[name]
 		b.Run(name, func(b *testing.B) {
-			for i, bb := range benchBundles {
-				h, bundle := runs[i].h, runs[i].bundle
-				b.Run("policies="+bb.name, func(b *testing.B) {
-					if err := h.Validate(ctx, req); err != nil {
-						b.Fatalf("the host's write must be admitted: %v", err)
-					}
-					cost := celCost(b, bundle, req, params, nsByName[req.Namespace])
-					b.ReportAllocs()
-					for b.Loop() {
-						if err := h.Validate(ctx, req); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.ReportMetric(float64(cost.total), "cel-cost/op")
-					b.ReportMetric(float64(cost.validations), "cel-validations/op")
-					b.ReportMetric(100*float64(cost.worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
-				})
+			if err := h.Validate(ctx, req); err != nil {
+				b.Fatalf("the host's write must be admitted: %v", err)
 			}
+			cost := celCost(b, bundle, req, nsByName[req.Namespace])
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := h.Validate(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cost.total), "cel-cost/op")
+			b.ReportMetric(float64(cost.validations), "cel-validations/op")
+			b.ReportMetric(100*float64(cost.worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
 		})
 	}
 }
@@ -169,7 +143,7 @@ type requestCost struct {
 // celCost is the CEL cost the apiserver charges for r (vapeval.PassCost,
 // summed over the policies whose rules match it), and the costliest single
 // expression that the plugin evaluates for it.
-func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, params *unstructured.Unstructured, ns *corev1.Namespace) requestCost {
+func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, ns *corev1.Namespace) requestCost {
 	b.Helper()
 	ctx := context.Background()
 	var out requestCost
@@ -177,11 +151,7 @@ func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, param
 		if !matches(p.Policy, r) {
 			continue
 		}
-		var pr runtime.Object
-		if p.Policy.Spec.ParamKind != nil {
-			pr = params
-		}
-		in, err := vapeval.NewInput(r, pr, ns)
+		in, err := vapeval.NewInput(r, nil, ns)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -207,45 +177,4 @@ func celCost(b *testing.B, bundle []*vapeval.PolicyDir, r vapeval.Request, param
 		}
 	}
 	return out
-}
-
-// benchBundle loads what policies_test.go's helpers load, for a *testing.B;
-// a policy directory that override also holds is read from there.
-func benchBundle(b *testing.B, override string) ([]*vapeval.PolicyDir, *unstructured.Unstructured, []*corev1.Namespace) {
-	b.Helper()
-	matches, err := filepath.Glob("*/policy.yaml")
-	if err != nil || len(matches) == 0 {
-		b.Fatalf("no policies/*/policy.yaml: %v", err)
-	}
-	var bundle []*vapeval.PolicyDir
-	for _, m := range matches {
-		dir := filepath.Dir(m)
-		if override != "" {
-			if _, err := os.Stat(filepath.Join(override, dir, "policy.yaml")); err == nil {
-				dir = filepath.Join(override, dir)
-			}
-		}
-		p, err := vapeval.LoadPolicyDir(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		bundle = append(bundle, p)
-	}
-	objs, err := vapeval.LoadObjects("testdata/fenceconfig.yaml")
-	if err != nil || len(objs) != 1 {
-		b.Fatalf("testdata/fenceconfig.yaml: want one FenceConfig: %v", err)
-	}
-	nsObjs, err := vapeval.LoadObjects("testdata/namespaces.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var nss []*corev1.Namespace
-	for _, o := range nsObjs {
-		ns := &corev1.Namespace{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ns); err != nil {
-			b.Fatal(err)
-		}
-		nss = append(nss, ns)
-	}
-	return bundle, objs[0], nss
 }

@@ -35,9 +35,10 @@ var GroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 // GroupVersionResource is the resource the webhook watches.
 var GroupVersionResource = GroupVersion.WithResource(Resource)
 
-// FenceConfig configures sandbox-fence's admission policies and webhook. It
-// is the parameter (paramKind) of the shipped ValidatingAdmissionPolicies and
-// the configuration the webhook reads. Cluster-scoped, so that no host (a
+// FenceConfig configures sandbox-fence's admission policies and webhook. The
+// controller in the webhook binary renders it into the shipped
+// ValidatingAdmissionPolicies (their variable config) and the webhook
+// configuration (internal/policyconfig), and the webhook reads it. Cluster-scoped, so that no host (a
 // namespaced identity) can write it. The schema refuses malformed
 // configuration at write time, so the policies never see one.
 //
@@ -46,12 +47,34 @@ var GroupVersionResource = GroupVersion.WithResource(Resource)
 // +kubebuilder:storageversion
 // +kubebuilder:printcolumn:name="Hosts",type=string,JSONPath=".spec.hosts[*].username",description="bound host identities"
 // +kubebuilder:printcolumn:name="Label-Key",type=string,JSONPath=".spec.perSandboxLabelKey"
+// +kubebuilder:printcolumn:name="Rendered",type=string,JSONPath=".status.conditions[?(@.type==\"Rendered\")].status",description="whether the policies enforce this generation"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:subresource:status
 type FenceConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	Spec FenceConfigSpec `json:"spec"`
+	// Status is written by the controller in the webhook binary.
+	//
+	// +optional
+	Status FenceConfigStatus `json:"status,omitempty"`
+}
+
+// ConditionRendered is the condition the controller keeps on a FenceConfig:
+// True when every policy and the webhook configuration that read it enforce
+// its current generation (condition's observedGeneration), False with the
+// reason otherwise.
+const ConditionRendered = "Rendered"
+
+// FenceConfigStatus reports whether the configuration is in force.
+type FenceConfigStatus struct {
+	// Conditions: Rendered.
+	//
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // The version gate below compiles for a new CRD from the CEL environment of
@@ -69,6 +92,7 @@ type FenceConfig struct {
 //
 // +kubebuilder:validation:XValidation:rule="[0].all(i, v, i == v)",message="sandbox-fence needs Kubernetes 1.33 or later: this API server's CEL lacks two-variable comprehensions, which the policies use (docs/install.md, Prerequisites)"
 // +kubebuilder:validation:XValidation:rule="!has(self.hosts) || !has(self.breakGlass) || !has(self.breakGlass.users) || self.hosts.all(h, !(h.username in self.breakGlass.users))",message="a host identity can never be break-glass (contract §8.5); remove it from breakGlass.users",fieldPath=".breakGlass.users"
+// +kubebuilder:validation:XValidation:rule="!has(self.hosts) || self.hosts.map(h, has(h.namespaces) ? h.namespaces.size() : 0).sum() <= 512",message="at most 512 namespaces in all hosts' lists: the policies carry the configuration as a CEL constant, which the API server bounds (docs/install.md, Limits)",fieldPath=".hosts"
 type FenceConfigSpec struct {
 	// Hosts are the bound host identities. The CiliumNetworkPolicy fence
 	// applies to exactly these users, and only in their namespaces.
@@ -94,6 +118,7 @@ type FenceConfigSpec struct {
 	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="!self.contains('/') || self.split('/')[0].size() <= 253",message="the prefix of perSandboxLabelKey must be at most 253 characters"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('io.kubernetes.') && !self.startsWith('io.cilium.')",message="perSandboxLabelKey may not be under io.kubernetes. or io.cilium.: Cilium derives those labels itself (a pod's namespace, its ServiceAccount, policy names), so a selector on one would match pods the owner never labelled (contract §4.3 rule 4)"
 	PerSandboxLabelKey string `json:"perSandboxLabelKey,omitempty"`
 
 	// BreakGlass are the identities that may repair a malformed holder
@@ -127,7 +152,7 @@ type Host struct {
 	// cluster's controllers run.
 	//
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:MaxLength=339
 	// +kubebuilder:validation:XValidation:rule="self.matches('^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-.a-z0-9]*[a-z0-9])?$')",message="a bound host must be a ServiceAccount, system:serviceaccount:<namespace>:<name>; the webhook verifies the owners of ServiceAccounts' policies only, so any other identity would skip those checks (contract §8.7)"
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('system:serviceaccount:kube-system:')",message="a kube-system ServiceAccount can never be a bound host: the cluster's controllers (the garbage collector, the namespace controller) run there, and the fence never stands in their way (contract §8.7)"
 	// +kubebuilder:validation:XValidation:rule="self != 'system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook'",message="the webhook's own ServiceAccount can never be a bound host (contract §8.7)"
@@ -146,23 +171,30 @@ type Host struct {
 }
 
 // BreakGlass lists the identities allowed to repair a malformed epoch.
+// Break-glass is for a named few: the groups every user or every
+// ServiceAccount belongs to, and system:masters (whose members bypass
+// RBAC, so naming them would also name every kubeconfig of the cluster's
+// creator), are refused.
 type BreakGlass struct {
 	// Users are user names, matched exactly.
 	//
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MinLength=1
-	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[^\x00-\x1f\x7f]+$`
 	Users []string `json:"users,omitempty"`
 
 	// Groups are group names; a member of any of them is break-glass.
 	//
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MinLength=1
-	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[^\x00-\x1f\x7f]+$`
+	// +kubebuilder:validation:XValidation:rule="self.all(g, !(g in ['system:authenticated', 'system:unauthenticated', 'system:serviceaccounts', 'system:masters']) && !g.startsWith('system:serviceaccounts:'))",message="break-glass groups must name a few people: system:authenticated, system:unauthenticated, system:serviceaccounts, system:serviceaccounts:<namespace> and system:masters are refused (contract §8.5)"
 	Groups []string `json:"groups,omitempty"`
 }
 

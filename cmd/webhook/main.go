@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -36,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/leaderelection"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -46,6 +48,7 @@ import (
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
+	rendercontroller "github.com/sandbox-fence/sandbox-fence/internal/policyconfig/controller"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -127,6 +130,10 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 				claim:                        {Transform: webhook.TrimOwner(admit.ClaimOwner)},
 				sandbox:                      {Transform: webhook.TrimOwner(admit.SandboxOwner)},
 				&fencev1alpha1.FenceConfig{}: {Field: fields.OneTermEqualSelector("metadata.name", o.configName)},
+				// What the controller renders into: the policies labelled
+				// for this FenceConfig and the one webhook configuration.
+				&admissionregistrationv1.ValidatingAdmissionPolicy{}:      {Label: rendercontroller.Selector(o.configName)},
+				&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Field: fields.OneTermEqualSelector("metadata.name", o.webhookConfigName)},
 			},
 			// Reads of anything not registered below fail instead of
 			// silently starting a new cluster-wide informer.
@@ -143,6 +150,22 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 			gvk, _ := mgr.GetClient().GroupVersionKindFor(obj)
 			return fmt.Errorf("watching %s (is its CRD installed?): %w", gvk, err)
 		}
+	}
+
+	// The controller that renders the FenceConfig into the policies and
+	// the webhook configuration runs on one replica at a time, elected by
+	// its own Lease (rendercontroller.Leader: a lost Lease ends a term, not
+	// the process); the webhook server and the certificate rotation run on
+	// every one.
+	lock, err := leaderelection.NewResourceLock(restConfig, mgr, leaderelection.Options{
+		LeaderElection: o.leaderElect, LeaderElectionID: "sandbox-fence-render", LeaderElectionNamespace: o.namespace,
+		RenewDeadline: 10 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("setting up leader election: %w", err)
+	}
+	if err := (&rendercontroller.Reconciler{Client: mgr.GetClient(), ConfigName: o.configName, WebhookConfigName: o.webhookConfigName}).SetupWithManager(mgr, lock); err != nil {
+		return fmt.Errorf("setting up the FenceConfig controller: %w", err)
 	}
 
 	m := webhook.NewMetrics(metrics.Registry)

@@ -108,18 +108,22 @@ func TestShippedDeployment(t *testing.T) {
 	rotating.CertRotation = true
 	rotating.Objects = []string{
 		"ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook", "ClusterRole/sandbox-fence-webhook-cert-rotation",
-		"ClusterRoleBinding/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook-cert-rotation",
-		"Deployment/sandbox-fence-webhook", "Namespace/sandbox-fence-system", "PodDisruptionBudget/sandbox-fence-webhook",
-		"Role/sandbox-fence-webhook-cert-rotation", "RoleBinding/sandbox-fence-webhook-cert-rotation",
+		"ClusterRole/sandbox-fence-webhook-render",
+		"ClusterRoleBinding/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook-cert-rotation", "ClusterRoleBinding/sandbox-fence-webhook-render",
+		"Deployment/sandbox-fence-webhook", "FlowSchema/sandbox-fence-webhook", "Namespace/sandbox-fence-system",
+		"PodDisruptionBudget/sandbox-fence-webhook", "Role/sandbox-fence-webhook-cert-rotation", "Role/sandbox-fence-webhook-leader-election",
+		"RoleBinding/sandbox-fence-webhook-cert-rotation", "RoleBinding/sandbox-fence-webhook-leader-election",
 		"Secret/sandbox-fence-webhook-cert", "Service/sandbox-fence-webhook", "ServiceAccount/sandbox-fence-webhook",
 		"ValidatingWebhookConfiguration/sandbox-fence-webhook",
 	}
 	certManager := common
 	certManager.IssuedSecret = "sandbox-fence-webhook-cert"
 	certManager.Objects = []string{
-		"Certificate/sandbox-fence-webhook", "ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook",
-		"Deployment/sandbox-fence-webhook", "Issuer/sandbox-fence-selfsigned", "Namespace/sandbox-fence-system",
-		"PodDisruptionBudget/sandbox-fence-webhook", "Service/sandbox-fence-webhook", "ServiceAccount/sandbox-fence-webhook",
+		"Certificate/sandbox-fence-webhook", "ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook",
+		"ClusterRole/sandbox-fence-webhook-render", "ClusterRoleBinding/sandbox-fence-webhook", "ClusterRoleBinding/sandbox-fence-webhook-render",
+		"Deployment/sandbox-fence-webhook", "FlowSchema/sandbox-fence-webhook", "Issuer/sandbox-fence-selfsigned", "Namespace/sandbox-fence-system",
+		"PodDisruptionBudget/sandbox-fence-webhook", "Role/sandbox-fence-webhook-leader-election", "RoleBinding/sandbox-fence-webhook-leader-election",
+		"Service/sandbox-fence-webhook", "ServiceAccount/sandbox-fence-webhook",
 		"ValidatingWebhookConfiguration/sandbox-fence-webhook",
 	}
 	cases := []struct {

@@ -34,6 +34,7 @@ type options struct {
 	shutdownDrain     time.Duration
 	enforcement       string
 	metricsSecure     bool
+	leaderElect       bool
 }
 
 const defaultNamespace = "sandbox-fence-system"
@@ -57,7 +58,8 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.certSecretName, "cert-secret-name", "sandbox-fence-webhook-cert", "Secret holding the rotated serving certificate.")
 	fs.StringVar(&o.serviceName, "service-name", "sandbox-fence-webhook", "Service in front of the webhook; the certificate is issued for its DNS names.")
 	fs.StringVar(&o.namespace, "namespace", ns, "Namespace of the Secret and Service (defaults to $POD_NAMESPACE, else sandbox-fence-system).")
-	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "sandbox-fence-webhook", "ValidatingWebhookConfiguration whose caBundle the rotation keeps current.")
+	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "sandbox-fence-webhook", "ValidatingWebhookConfiguration whose caBundle the rotation keeps current, and whose bound-hosts match condition the controller renders from the FenceConfig.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Run the controller that renders the FenceConfig into the policies and the webhook configuration on the elected leader only (Lease sandbox-fence-render in --namespace); the webhook serves on every replica either way.")
 	fs.DurationVar(&o.lookupTimeout, "lookup-timeout", webhook.DefaultLookupTimeout, "Upper bound on the reads of one admission request (FenceConfig, owner); keep it below the webhook's timeoutSeconds.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info or error.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to let in-flight requests finish on SIGTERM.")
@@ -85,8 +87,14 @@ func (o *options) validate() error {
 	if o.configName == "" {
 		return fmt.Errorf("--config-name: must not be empty")
 	}
-	if o.certRotation && (o.namespace == "" || o.certSecretName == "" || o.serviceName == "" || o.webhookConfigName == "") {
-		return fmt.Errorf("--cert-rotation needs --namespace, --cert-secret-name, --service-name and --webhook-config-name")
+	if o.webhookConfigName == "" {
+		return fmt.Errorf("--webhook-config-name: must not be empty: the controller renders the bound hosts into it")
+	}
+	if o.leaderElect && o.namespace == "" {
+		return fmt.Errorf("--leader-elect needs --namespace, where the Lease lives")
+	}
+	if o.certRotation && (o.namespace == "" || o.certSecretName == "" || o.serviceName == "") {
+		return fmt.Errorf("--cert-rotation needs --namespace, --cert-secret-name and --service-name")
 	}
 	return nil
 }

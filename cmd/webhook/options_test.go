@@ -67,8 +67,16 @@ func TestFlags(t *testing.T) {
 		wantErr: "--lookup-timeout 0s: must be positive",
 	}, {
 		name:    "rotation without a namespace is refused",
-		args:    []string{"--cert-rotation=true", "--namespace="},
-		wantErr: "--cert-rotation needs --namespace, --cert-secret-name, --service-name and --webhook-config-name",
+		args:    []string{"--cert-rotation=true", "--namespace=", "--leader-elect=false"},
+		wantErr: "--cert-rotation needs --namespace, --cert-secret-name and --service-name",
+	}, {
+		name:    "leader election without a namespace is refused",
+		args:    []string{"--namespace="},
+		wantErr: "--leader-elect needs --namespace, where the Lease lives",
+	}, {
+		name:    "no webhook configuration to render into is refused",
+		args:    []string{"--webhook-config-name="},
+		wantErr: "--webhook-config-name: must not be empty: the controller renders the bound hosts into it",
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

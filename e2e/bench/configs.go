@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -13,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/e2e/peers"
@@ -34,11 +31,6 @@ type config struct {
 	Webhook bool
 	// Peer is the engine enforcing the fence instead ("" for none).
 	Peer string
-	// EgressBefore binds the egress policy as it was before issue 17 cut
-	// its CEL (policies/testdata/before-issue17, installed under its own
-	// name) in place of the shipped one, so the apiserver's plugin
-	// histogram compares the two in one run.
-	EgressBefore bool
 }
 
 var shippedConfigs = []config{
@@ -50,23 +42,10 @@ var shippedConfigs = []config{
 // ours is the configuration that is sandbox-fence as shipped.
 const ours = "vaps+webhook"
 
-// egressBeforeConfig is the VAPs-only configuration with the egress
-// policy from before the CEL cut (-egress-before).
-var egressBeforeConfig = config{Name: "vaps-before-cut", VAPs: true, EgressBefore: true}
-
-// egressBeforeDir holds the frozen egress policy BenchmarkVAPs also runs.
-const egressBeforeDir = "policies/testdata/before-issue17/cilium-egress-fence"
-
 // configsFor returns the configurations of a run: the shipped ones, the
-// frozen egress policy's right after vaps when asked, the peers last.
-func configsFor(withPeers, egressBefore bool) []config {
-	var cs []config
-	for _, c := range shippedConfigs {
-		cs = append(cs, c)
-		if egressBefore && c.Name == "vaps" {
-			cs = append(cs, egressBeforeConfig)
-		}
-	}
+// peers last.
+func configsFor(withPeers bool) []config {
+	cs := slices.Clone(shippedConfigs)
 	if withPeers {
 		for _, p := range peers.Names {
 			cs = append(cs, config{Name: p, Peer: p})
@@ -81,13 +60,10 @@ type switcher struct {
 	env      *framework.Env
 	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	vwc      *admissionregistrationv1.ValidatingWebhookConfiguration
-	// before is the binding of the frozen egress policy (nil unless a
-	// configuration of the run has EgressBefore).
-	before  *admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	engines map[string]*peers.Engine
-	enabled map[string]bool
-	probes  []probe
-	logf    framework.Logf
+	engines  map[string]*peers.Engine
+	enabled  map[string]bool
+	probes   []probe
+	logf     framework.Logf
 }
 
 // probe is a dry-run write that one enforcer denies. want returns the
@@ -104,7 +80,7 @@ type probe struct {
 // quoted is how the apiserver names a policy in its denial.
 func quoted(policy string) string { return "'" + policy + "'" }
 
-func newSwitcher(ctx context.Context, env *framework.Env, root string, engines map[string]*peers.Engine, malformed string, egressBefore bool, logf framework.Logf) (*switcher, error) {
+func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*peers.Engine, malformed string, logf framework.Logf) (*switcher, error) {
 	s := &switcher{env: env, engines: engines, enabled: map[string]bool{}, logf: logf}
 	ar := env.Admin.Kube.AdmissionregistrationV1()
 	for _, n := range provider.ShippedEnforcement.Bindings {
@@ -114,13 +90,6 @@ func newSwitcher(ctx context.Context, env *framework.Env, root string, engines m
 		}
 		b.ObjectMeta = metav1.ObjectMeta{Name: b.Name, Labels: b.Labels, Annotations: b.Annotations}
 		s.bindings = append(s.bindings, b)
-	}
-	if egressBefore {
-		b, err := installEgressBefore(ctx, env, root, s.bindings)
-		if err != nil {
-			return nil, err
-		}
-		s.before = b
 	}
 	vwc, err := ar.ValidatingWebhookConfigurations().Get(ctx, framework.WebhookConfigName, metav1.GetOptions{})
 	if err != nil {
@@ -169,20 +138,7 @@ func newSwitcher(ctx context.Context, env *framework.Env, root string, engines m
 			// The repair policy's name contains this one's: match the quoted name.
 			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, quoted(framework.PolicyHolderEpoch)) })
 		case framework.PolicyCiliumEgress:
-			// The frozen policy's name contains the shipped one's: match
-			// the quoted names, and refuse the other's denial.
-			p.want = peerOr(func(c config) string {
-				if c.EgressBefore {
-					return quoted(egressBeforeName)
-				}
-				return onlyIf(c.VAPs, quoted(framework.PolicyCiliumEgress))
-			})
-			p.unwanted = func(c config) string {
-				if c.EgressBefore {
-					return quoted(framework.PolicyCiliumEgress)
-				}
-				return quoted(egressBeforeName)
-			}
+			p.want = peerOr(func(c config) string { return onlyIf(c.VAPs, quoted(framework.PolicyCiliumEgress)) })
 		case "webhook":
 			// Only an owner lookup refuses it: our webhook or a peer's.
 			p.want = peerOr(func(c config) string { return onlyIf(c.Webhook, ".fence.sandbox.namzu.ai") })
@@ -306,60 +262,13 @@ func seedMalformed(ctx context.Context, env *framework.Env, name string) error {
 	})
 }
 
-// egressBeforeName is the frozen egress policy's name in the cluster: its
-// own, so both policies exist side by side and only the bindings switch.
-const egressBeforeName = framework.PolicyCiliumEgress + "-before-cut"
-
-// installEgressBefore creates the frozen egress policy under
-// egressBeforeName and returns a binding for it: the shipped egress
-// binding's spec with the policy name changed. A policy without a binding
-// is never evaluated, so creating it changes no configuration.
-func installEgressBefore(ctx context.Context, env *framework.Env, root string, shipped []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) (*admissionregistrationv1.ValidatingAdmissionPolicyBinding, error) {
-	raw, err := os.ReadFile(filepath.Join(root, egressBeforeDir, "policy.yaml"))
-	if err != nil {
-		return nil, fmt.Errorf("the frozen egress policy: %w", err)
-	}
-	var pol admissionregistrationv1.ValidatingAdmissionPolicy
-	if err := yaml.UnmarshalStrict(raw, &pol); err != nil {
-		return nil, fmt.Errorf("the frozen egress policy %s: %w", egressBeforeDir, err)
-	}
-	if pol.Name != framework.PolicyCiliumEgress {
-		return nil, fmt.Errorf("the frozen egress policy %s is named %q, want %q", egressBeforeDir, pol.Name, framework.PolicyCiliumEgress)
-	}
-	pol.Name = egressBeforeName
-	ar := env.Admin.Kube.AdmissionregistrationV1()
-	if _, err := ar.ValidatingAdmissionPolicies().Create(ctx, &pol, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create %s: %w", egressBeforeName, err)
-	}
-	for _, b := range shipped {
-		if b.Spec.PolicyName == framework.PolicyCiliumEgress {
-			before := b.DeepCopy()
-			before.Name = egressBeforeName + "-binding"
-			before.Spec.PolicyName = egressBeforeName
-			return before, nil
-		}
-	}
-	return nil, fmt.Errorf("no shipped binding for %s", framework.PolicyCiliumEgress)
-}
-
 // bindingsFor lists every binding a configuration may turn on.
 func (s *switcher) bindingsFor() []*admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-	if s.before == nil {
-		return s.bindings
-	}
-	return append(slices.Clone(s.bindings), s.before)
+	return s.bindings
 }
 
-// bound says whether configuration c wants binding b: the shipped
-// bindings with the VAPs, except that EgressBefore swaps the egress
-// policy's binding for the frozen policy's.
-func (s *switcher) bound(c config, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
-	switch b.Spec.PolicyName {
-	case egressBeforeName:
-		return c.VAPs && c.EgressBefore
-	case framework.PolicyCiliumEgress:
-		return c.VAPs && !c.EgressBefore
-	default:
-		return c.VAPs
-	}
+// bound says whether configuration c wants binding b: every shipped
+// binding with the VAPs.
+func (s *switcher) bound(c config, _ *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
+	return c.VAPs
 }

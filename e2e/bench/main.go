@@ -8,11 +8,7 @@
 // the baseline cell of the same run, and the apiserver's own admission
 // histograms for our policies and webhook are quoted from the same run.
 //
-//	go -C e2e run ./bench [-rounds 4] [-window 1500ms] [-peers] [-egress-before] [-out bin/bench]
-//
-// With -egress-before, the VAPs with the egress policy from before its CEL
-// was cut are one more configuration (vaps-before-cut), so the apiserver's
-// plugin histogram shows the cut's effect in one run.
+//	go -C e2e run ./bench [-rounds 4] [-window 1500ms] [-peers] [-out bin/bench]
 //
 // With -peers, Kyverno and Gatekeeper enforcing the same fence
 // (e2e/bench/peers) are two more configurations of the same run, and every
@@ -56,8 +52,6 @@ type options struct {
 	waitLoadMax time.Duration
 	// peers adds the kyverno and gatekeeper configurations.
 	peers bool
-	// egressBefore adds egressBeforeConfig.
-	egressBefore bool
 	// profileDir receives CPU profiles of the apiserver (cnp, 1 client).
 	profileDir string
 	profileFor time.Duration
@@ -75,7 +69,6 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "directory for results.md and latency.png (default: print only)")
 	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, poll the 1-minute load average until it is below this (0: do not wait)")
 	flag.DurationVar(&o.waitLoadMax, "wait-load-max", 10*time.Minute, "give up waiting for a low load after this long and run anyway (the load is reported)")
-	flag.BoolVar(&o.egressBefore, "egress-before", false, "also measure the VAPs with the egress policy as it was before its CEL was cut ("+egressBeforeDir+"), to compare the apiserver's plugin histogram in one run")
 	flag.BoolVar(&o.peers, "peers", false, "also measure Kyverno and Gatekeeper enforcing the same fence (built by hack/peers/build.sh; e2e/peers)")
 	flag.StringVar(&o.profileDir, "apiserver-profile", "", "after the rounds, profile the apiserver's CPU under the cnp workload at 1 client in every configuration, into this directory")
 	flag.DurationVar(&o.profileFor, "profile-for", 10*time.Second, "length of each apiserver profile")
@@ -141,19 +134,10 @@ func run(ctx context.Context, o options) (err error) {
 	waitForLowLoad(ctx, o)
 	runStart := time.Now()
 	loadStart := loadavg()
-	root, err := framework.RepoRoot()
+	p, err := provider.NewLocal("bench", logf)
 	if err != nil {
 		return err
 	}
-	state, err := os.MkdirTemp("", "sandbox-fence-bench-")
-	if err != nil {
-		return err
-	}
-	bin, version, err := framework.ControlPlane(root)
-	if err != nil {
-		return err
-	}
-	p := &provider.Local{RepoRoot: root, BinDir: bin, KubernetesVersion: version, StateDir: state, RemoveState: true, Logf: logf}
 	if o.profileDir != "" {
 		p.ExtraAPIServerArgs = []string{"--profiling=true"}
 	}
@@ -169,11 +153,11 @@ func run(ctx context.Context, o options) (err error) {
 	if !env.WebhookInstalled {
 		return errors.New("the local webhook is not installed: the vaps+webhook configuration cannot be measured")
 	}
-	configs := configsFor(o.peers, o.egressBefore)
+	configs := configsFor(o.peers)
 	engines := map[string]*peers.Engine{}
 	if o.peers {
 		for _, n := range peers.Names {
-			e, err := peers.New(n, root, filepath.Join(root, "bin"), logf)
+			e, err := peers.New(n, p.RepoRoot, filepath.Join(p.RepoRoot, "bin"), logf)
 			if err != nil {
 				return err
 			}
@@ -198,7 +182,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	sw, err := newSwitcher(ctx, env, root, engines, malformed, o.egressBefore, logf)
+	sw, err := newSwitcher(ctx, env, engines, malformed, logf)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 // The verdict names every measure at which ours is not below the best peer,
 // and nothing where it is.
 func TestCompareWithPeersNamesWhereOursIsNotAhead(t *testing.T) {
-	configs := configsFor(true, false)
+	configs := configsFor(true)
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	tests := []struct {
 		name  string

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
 
@@ -66,12 +67,9 @@ func StartFence(ctx context.Context, bundle []*vapeval.PolicyDir, namespace stri
 	for _, key := range labelKeys {
 		// The key is always set, as the API server serves it: the CRD
 		// defaults it to fence.DefaultPerSandboxLabelKey.
-		spec := map[string]any{"hosts": []any{map[string]any{"username": HostUser, "namespaces": []any{namespace}}}, "perSandboxLabelKey": key}
-		cfg := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": fencev1.GroupVersion.String(), "kind": fencev1.Kind,
-			"metadata": map[string]any{"name": fencev1.DefaultConfigName}, "spec": spec,
-		}}
-		h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Params: []*unstructured.Unstructured{cfg},
+		cfg := &fencev1.FenceConfig{ObjectMeta: metav1.ObjectMeta{Name: fencev1.DefaultConfigName}, Spec: fencev1.FenceConfigSpec{
+			Hosts: []fencev1.Host{{Username: HostUser, Namespaces: []string{namespace}}}, PerSandboxLabelKey: key}}
+		h, err := vapeval.Start(ctx, vapeval.Env{Policies: vapeval.Rendered(bundle, policyconfig.FromFenceConfig(cfg.Name, cfg)),
 			Namespaces: []*corev1.Namespace{ns}, Resources: vapeval.Resources})
 		if err != nil {
 			f.Stop()

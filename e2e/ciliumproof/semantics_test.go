@@ -104,24 +104,73 @@ func TestFQDNSemantics(t *testing.T) {
 						t.Errorf("ContractReach(%s) includes %q", tt.selector.String(), n)
 					}
 				}
-				if problems, _ := CheckReach(tt.selector, rand.New(rand.NewPCG(1, 2))); len(problems) > 0 {
-					t.Errorf("CheckReach(%s): %v", tt.selector.String(), problems)
-				}
 			}
 		})
 	}
 }
 
-// TestCheckReachFindsAWiderSelector shows the sampler catches a selector
-// wider than its grammar entry: *example.com reaches evil-example.com.
-func TestCheckReachFindsAWiderSelector(t *testing.T) {
-	for _, s := range []api.FQDNSelector{{MatchPattern: "*example.com"}, {MatchPattern: "*"}, {MatchPattern: "*.com"}, {MatchPattern: "a*.example.com"}} {
-		if _, wider := CheckReach(s, rand.New(rand.NewPCG(1, 2))); !wider {
-			t.Errorf("CheckReach(%s) found no name outside the grammar", s.String())
-		}
+// TestTheReachCheckFindsWhatTheContractForbids: bodies the shipped fence
+// refuses, each the host's body with one change, run through ciliumreach
+// without the fence. The reach check must report each (a check that finds
+// nothing here would pass any fence).
+func TestTheReachCheckFindsWhatTheContractForbids(t *testing.T) {
+	p := &Prover{Reach: startReach(t), Baseline: baselinePath(t)}
+	egressRule := func(rule map[string]any) func(b map[string]any) {
+		return func(b map[string]any) { appendEgress(b, rule) }
 	}
-	if _, wider := CheckReach(api.FQDNSelector{MatchPattern: "**.example.com"}, rand.New(rand.NewPCG(1, 2))); wider {
-		t.Errorf("**.example.com reaches only subdomains of example.com, which the entry .example.com allows")
+	ports := func(port, protocol string) []any {
+		return []any{map[string]any{"ports": []any{map[string]any{"port": port, "protocol": protocol}}}}
+	}
+	tests := []struct {
+		name   string
+		change func(b map[string]any)
+		want   string // in some finding
+	}{
+		{"a star glued to the domain reaches names outside it", egressRule(map[string]any{"toFQDNs": []any{map[string]any{"matchPattern": "*example.com"}}}),
+			"evilexample.com"},
+		{"a lone star reaches every name", egressRule(map[string]any{"toFQDNs": []any{map[string]any{"matchPattern": "*"}}}),
+			"Cilium allows"},
+		{"**. reaches deeper than the contract's one label", egressRule(map[string]any{"toFQDNs": []any{map[string]any{"matchPattern": "**.example.com"}}}),
+			"no form contract §4.6 describes"},
+		{"toEntities world reaches every address", egressRule(map[string]any{"toEntities": []any{"world"}}),
+			"sandbox → 8.8.8.8"},
+		{"toCIDRSet 0.0.0.0/0 reaches public and private addresses", egressRule(map[string]any{"toCIDRSet": []any{map[string]any{"cidr": "0.0.0.0/0"}}}),
+			"sandbox → 10.0.0.1"},
+		{"toEntities cluster reaches the other pods and the host", egressRule(map[string]any{"toEntities": []any{"cluster"}}),
+			"sandbox → reserved:host"},
+		{"an icmps rule opens ICMP to every peer", egressRule(map[string]any{"icmps": []any{map[string]any{"fields": []any{map[string]any{"type": int64(8)}}}}}),
+			"Cilium allows ICMP/8"},
+		{"toServices is filled in from cluster state the repository does not hold",
+			egressRule(map[string]any{"toServices": []any{map[string]any{"k8sService": map[string]any{"serviceName": "kubernetes", "namespace": "default"}}}}),
+			"toServices"},
+		{"an empty toEndpoints selector reaches every pod of the namespace",
+			egressRule(map[string]any{"toEndpoints": []any{map[string]any{}}, "toPorts": ports("53", "ANY")}), "sandbox → pod another-sandbox"},
+		{"kube-dns on another port", egressRule(map[string]any{"toEndpoints": []any{map[string]any{"matchLabels": kubeDNSLabels}}, "toPorts": ports("443", "TCP")}),
+			"sandbox → pod kube-dns"},
+		{"an empty endpointSelector gives every pod of the namespace the allowlist", func(b map[string]any) {
+			spec(b)["endpointSelector"] = map[string]any{}
+		}, "another-sandbox → "},
+		{"egressDeny of world takes the allowlist away", func(b map[string]any) {
+			spec(b)["egressDeny"] = []any{map[string]any{"toEntities": []any{"world"}}}
+		}, "the contract allows it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := hostBody(t, "registry.npmjs.org", ".example.com")
+			tt.change(b.Object)
+			plan := NewPlan(b.Object, b.Subject, p.Baseline, rand.New(rand.NewPCG(1, 2)))
+			ans, err := p.Reach.Ask(plan.Request)
+			if err != nil {
+				t.Fatal(err)
+			}
+			findings := plan.Check(ans)
+			for _, f := range findings {
+				if strings.Contains(f.String(), tt.want) {
+					return
+				}
+			}
+			t.Errorf("no finding mentions %q; findings:\n%v", tt.want, findings)
+		})
 	}
 }
 

@@ -20,25 +20,29 @@ type Outcome struct {
 	Verdict Verdict
 	// ParseErr is Cilium's refusal (Parse, which runs Sanitize), if any.
 	ParseErr error
-	// Findings are the ways Cilium's reading leaves the contract (Check),
-	// when Cilium accepted the body.
+	// Findings are the ways what the pods reach under the body, beside the
+	// baseline, leaves the contract (Plan.Check). Not computed for a body
+	// both the fence and Cilium refuse.
 	Findings []Finding
+	// Flows is the number of flows looked up.
+	Flows int
 }
 
 // Defects are what must never happen: an admitted body Cilium refuses, an
-// admitted body Cilium reads as wider than the contract, a denial that is
-// not the fence's 422 Invalid (contract §8.1).
+// admitted body under which a pod reaches other than the contract says, a
+// denial that is not the fence's 422 Invalid (contract §8.1).
 func (o Outcome) Defects() []string {
 	var out []string
 	if len(o.Body.Mutations) == 0 && !o.Verdict.Allowed {
 		out = append(out, "the body pkg/fence writes is denied: "+o.Verdict.Message)
 	}
 	switch {
-	case o.Verdict.Allowed && o.ParseErr != nil:
-		out = append(out, "admitted, but Cilium refuses it: "+o.ParseErr.Error())
 	case o.Verdict.Allowed:
+		if o.ParseErr != nil {
+			out = append(out, "admitted, but Cilium refuses it: "+o.ParseErr.Error())
+		}
 		for _, f := range o.Findings {
-			out = append(out, "admitted, but Cilium reads it outside the contract: "+f.String())
+			out = append(out, "admitted, but a pod's reach under it is not the contract's: "+f.String())
 		}
 	case !strings.HasPrefix(o.Verdict.Rule, "not the fence's"):
 		if o.Verdict.Code != 422 || o.Verdict.Reason != "Invalid" {
@@ -48,33 +52,60 @@ func (o Outcome) Defects() []string {
 	return out
 }
 
-// OverStrict reports a denied body that Cilium accepts and reads as within
-// the contract: a candidate for a rule stricter than it needs to be.
+// OverStrict reports a denied body that Cilium accepts and under which the
+// pods reach exactly what the contract says: a candidate for a rule
+// stricter than it needs to be.
 func (o Outcome) OverStrict() bool {
-	return !o.Verdict.Allowed && o.ParseErr == nil && len(o.Findings) == 0
+	return !o.Verdict.Allowed && o.ParseErr == nil && o.Flows > 0 && len(o.Findings) == 0
 }
 
-// Run evaluates one body: the fence's verdict, Cilium's parse, and, when
-// Cilium accepts it, Check.
-func Run(ctx context.Context, f *Fence, b Body, rng *rand.Rand) (Outcome, error) {
-	v, err := f.Evaluate(ctx, b)
+// Prover is what a body is run against: the shipped bundle, ciliumreach and
+// the shipped baseline (its path, which ciliumreach reads).
+type Prover struct {
+	Fence    *Fence
+	Reach    *Reach
+	Baseline string
+	// OverStrict asks for the pods' reach under denied bodies Cilium
+	// parses too, for the over-strict report; only admitted bodies can be
+	// defects.
+	OverStrict bool
+}
+
+// Run evaluates one body: the fence's verdict, Cilium's parse, and what the
+// pods reach under it (Plan.Check) when the fence admits it, or when
+// p.OverStrict and Cilium parses it. A body Cilium refuses is imported by
+// no agent, so an admitted one is checked as no per-sandbox policy: its
+// sandbox then misses its allowlist.
+func Run(ctx context.Context, p *Prover, b Body, rng *rand.Rand) (Outcome, error) {
+	v, err := p.Fence.Evaluate(ctx, b)
 	if err != nil {
 		return Outcome{}, err
 	}
 	o := Outcome{Body: b, Verdict: v}
-	p, err := Parse(b.Object)
-	if err != nil {
+	if _, err := Parse(b.Object); err != nil {
 		o.ParseErr = err
+	}
+	if !v.Allowed && (o.ParseErr != nil || !p.OverStrict) {
 		return o, nil
 	}
-	o.Findings = Check(p, b.Subject, rng)
+	plan := NewPlan(b.Object, b.Subject, p.Baseline, rng)
+	ans, err := p.Reach.Ask(plan.Request)
+	if err != nil {
+		return Outcome{}, err
+	}
+	o.Flows = len(ans.Verdicts)
+	o.Findings = plan.Check(ans)
+	if (ans.ParseError == "") != (o.ParseErr == nil) {
+		o.Findings = append(o.Findings, Finding{Where: "Cilium's Parse",
+			Detail: fmt.Sprintf("built against this module's k8s.io it says %v, built against Cilium's own %q", o.ParseErr, ans.ParseError)})
+	}
 	return o, nil
 }
 
 // RunAll runs every body on all processors. Each body's name sampling draws
 // from its own source (seed, index), so the outcomes do not depend on the
 // order in which workers pick bodies up.
-func RunAll(ctx context.Context, f *Fence, bodies []Body, seed uint64) ([]Outcome, error) {
+func RunAll(ctx context.Context, p *Prover, bodies []Body, seed uint64) ([]Outcome, error) {
 	out := make([]Outcome, len(bodies))
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -86,7 +117,7 @@ func RunAll(ctx context.Context, f *Fence, bodies []Body, seed uint64) ([]Outcom
 				if i >= len(bodies) || ctx.Err() != nil {
 					return
 				}
-				o, err := Run(ctx, f, bodies[i], rand.New(rand.NewPCG(seed, uint64(i))))
+				o, err := Run(ctx, p, bodies[i], rand.New(rand.NewPCG(seed, uint64(i))))
 				if err != nil {
 					errs[w] = err
 					return
@@ -101,10 +132,13 @@ func RunAll(ctx context.Context, f *Fence, bodies []Body, seed uint64) ([]Outcom
 
 // Tally counts outcomes.
 type Tally struct {
-	Bodies, Admitted, Denied                     int
+	Bodies, Admitted, Denied int
+	// Flows counts the flows looked up, Reached the bodies they were
+	// looked up for.
+	Flows, Reached                               int
 	AdmittedCiliumRejected, DeniedCiliumRejected int
-	// DeniedBy counts denials by rule; OverStrictBy the denials Cilium reads
-	// as within the contract, by rule, with one example each.
+	// DeniedBy counts denials by rule; OverStrictBy the denials under which
+	// the pods reach what the contract says, by rule, with one example each.
 	DeniedBy       map[string]int
 	OverStrictBy   map[string]int
 	OverStrictEg   map[string]Outcome
@@ -122,6 +156,10 @@ func NewTally() *Tally {
 // Add counts one outcome.
 func (t *Tally) Add(o Outcome) {
 	t.Bodies++
+	t.Flows += o.Flows
+	if o.Flows > 0 {
+		t.Reached++
+	}
 	if o.Verdict.Allowed {
 		t.Admitted++
 	} else {
@@ -179,27 +217,27 @@ func ciliumReason(err error) string {
 // Markdown renders the tally as the tables RELIABILITY.md carries.
 func (t *Tally) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| bodies | admitted | denied | admitted, Cilium refuses | denied, Cilium refuses | admitted, wider than the contract | denied, Cilium reads within the contract |\n|---|---|---|---|---|---|---|\n")
-	wider := 0
+	fmt.Fprintf(&b, "| bodies | admitted | denied | admitted, Cilium refuses | denied, Cilium refuses | admitted, reach not the contract's | denied, reach the contract's | flows looked up |\n|---|---|---|---|---|---|---|---|\n")
+	off := 0
 	for _, o := range t.Defects {
-		if o.Verdict.Allowed && o.ParseErr == nil {
-			wider++
+		if o.Verdict.Allowed && o.ParseErr == nil && len(o.Findings) > 0 {
+			off++
 		}
 	}
 	over := 0
 	for _, n := range t.OverStrictBy {
 		over += n
 	}
-	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d |\n\n", t.Bodies, t.Admitted, t.Denied, t.AdmittedCiliumRejected, t.DeniedCiliumRejected, wider, over)
-	fmt.Fprintf(&b, "| denied by | bodies | of which Cilium reads within the contract |\n|---|---|---|\n")
+	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d | %d |\n\n", t.Bodies, t.Admitted, t.Denied, t.AdmittedCiliumRejected, t.DeniedCiliumRejected, off, over, t.Flows)
+	fmt.Fprintf(&b, "| denied by | bodies | of which Cilium parses and the pods reach what the contract says |\n|---|---|---|\n")
 	for _, r := range sortedByCount(t.DeniedBy) {
 		fmt.Fprintf(&b, "| `%s` | %d | %d |\n", r, t.DeniedBy[r], t.OverStrictBy[r])
 	}
 	return b.String()
 }
 
-// OverStrictReport lists one example body per rule that denied bodies Cilium
-// reads as within the contract.
+// OverStrictReport lists one example body per rule that denied bodies under
+// which the pods reach what the contract says.
 func (t *Tally) OverStrictReport() string {
 	var b strings.Builder
 	for _, r := range sortedByCount(t.OverStrictBy) {

@@ -17,6 +17,13 @@ const (
 	webhookDeployment = "../../config/webhook/base/deployment.yaml"
 )
 
+// Peer is a synthetic identity, as the agent's selector cache holds one: a
+// name for messages and the identity's labels.
+type Peer struct {
+	Name   string
+	Labels labels.LabelArray
+}
+
 func decodeFile(t *testing.T, path string, into any) {
 	t.Helper()
 	raw, err := os.ReadFile(path)

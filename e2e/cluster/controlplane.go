@@ -279,7 +279,6 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 		// On loopback the lease/endpoint reconciler would publish 127.0.0.1 as
 		// the kubernetes Service endpoint, which the apiserver refuses.
 		"--endpoint-reconciler-type=none",
-		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--shutdown-delay-duration=0s",
 		"--v=1",

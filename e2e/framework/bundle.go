@@ -27,7 +27,8 @@ func RepoRoot() (string, error) { return reporoot.Find() }
 // CRDs returns the CustomResourceDefinitions the suite installs, with a line
 // per choice made: the agent-sandbox CRDs (the project's subsets in
 // config/crd/testdata, or upstream's from $SANDBOX_FENCE_UPSTREAM_CRDS), the
-// real CiliumNetworkPolicy CRD from the github.com/cilium/cilium module,
+// real CiliumNetworkPolicy and CiliumClusterwideNetworkPolicy CRDs from the
+// github.com/cilium/cilium module,
 // prometheus-operator's and cert-manager's CRDs of the kinds config/ renders,
 // and the FenceConfig CRD from config/crd/bases. Nothing falls back: a CRD that
 // cannot be read fails the setup.
@@ -83,8 +84,11 @@ func CRDs(ctx context.Context, repoRoot string, logf Logf) ([]*unstructured.Unst
 	if err != nil {
 		return nil, fmt.Errorf("the real CiliumNetworkPolicy CRD (no fallback to the subset): %w", err)
 	}
-	logf("CRDs: real CiliumNetworkPolicy CRD from %s@%s", ciliumversion.Module, version)
+	logf("CRDs: real CiliumNetworkPolicy and CiliumClusterwideNetworkPolicy (the baseline's) CRDs from %s@%s", ciliumversion.Module, version)
 	if _, err := add(cilium); err != nil {
+		return nil, err
+	}
+	if _, err := add(filepath.Join(filepath.Dir(cilium), "ciliumclusterwidenetworkpolicies.yaml")); err != nil {
 		return nil, err
 	}
 	bases, err := filepath.Glob(filepath.Join(repoRoot, "config", "crd", "bases", "*.yaml"))

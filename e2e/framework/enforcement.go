@@ -7,10 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 )
 
 // EnforcementModes are the modes of contract §9.1; deny is the default and
@@ -101,6 +105,9 @@ func (e *Env) ReplaceSpec(ctx context.Context, obj *unstructured.Unstructured, k
 			return err
 		}
 		want := obj.DeepCopy()
+		if err := keepRendered(cur, want); err != nil {
+			return err
+		}
 		if keep != nil {
 			if err := keep(cur, want); err != nil {
 				return err
@@ -117,6 +124,66 @@ func (e *Env) ReplaceSpec(ctx context.Context, obj *unstructured.Unstructured, k
 	if err != nil {
 		return fmt.Errorf("replace %s %s: %w", obj.GetKind(), obj.GetName(), err)
 	}
+	return nil
+}
+
+// keepRendered carries over what the controller rendered from the
+// FenceConfig into the live object (the config variable of a policy, the
+// bound-hosts condition of a webhook), as an admin's kubectl apply of the
+// shipped object leaves them (internal/policyconfig): the shipped
+// placeholders would switch the fence to its unrendered state until the
+// controller renders again.
+func keepRendered(live, obj *unstructured.Unstructured) error {
+	switch obj.GetKind() {
+	case "ValidatingAdmissionPolicy":
+		var l, o admissionregistrationv1.ValidatingAdmissionPolicy
+		if err := fromUnstructured(live, &l); err != nil {
+			return err
+		}
+		if err := fromUnstructured(obj, &o); err != nil {
+			return err
+		}
+		got, ok := policyconfig.PolicyExpression(&l)
+		if !ok {
+			return nil
+		}
+		for i := range o.Spec.Variables {
+			if o.Spec.Variables[i].Name == policyconfig.Variable {
+				o.Spec.Variables[i].Expression = got
+			}
+		}
+		return toUnstructured(&o, obj)
+	case "ValidatingWebhookConfiguration":
+		var l, o admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := fromUnstructured(live, &l); err != nil {
+			return err
+		}
+		if err := fromUnstructured(obj, &o); err != nil {
+			return err
+		}
+		got := policyconfig.WebhookExpressions(&l)
+		for i := range o.Webhooks {
+			for j := range o.Webhooks[i].MatchConditions {
+				if e, ok := got[o.Webhooks[i].Name]; ok && o.Webhooks[i].MatchConditions[j].Name == policyconfig.MatchCondition {
+					o.Webhooks[i].MatchConditions[j].Expression = e
+				}
+			}
+		}
+		return toUnstructured(&o, obj)
+	}
+	return nil
+}
+
+func fromUnstructured(u *unstructured.Unstructured, into any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
+}
+
+func toUnstructured(from any, u *unstructured.Unstructured) error {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(from)
+	if err != nil {
+		return err
+	}
+	u.Object = m
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -147,9 +148,11 @@ func (e *Env) SetupIdentities(ctx context.Context, mint MintUser) error {
 
 func (e *Env) setupHost(ctx context.Context, name, ns, sa string) (*Identity, error) {
 	kc := e.Admin.Kube
+	// Opted in, and enforcing Pod Security baseline, as docs/install.md
+	// tells an admin (contract §4.8: no pod on the host's network).
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
-		Labels: map[string]string{fencev1.FencedNamespaceLabel: fencev1.FencedNamespaceValue},
+		Labels: map[string]string{fencev1.FencedNamespaceLabel: fencev1.FencedNamespaceValue, "pod-security.kubernetes.io/enforce": "baseline"},
 	}}
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 		cur, err := kc.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
@@ -276,4 +279,15 @@ func (e *Env) ConfigureFenceSpec(ctx context.Context, name string, spec fencev1.
 		"spec":       map[string]any{"hosts": hosts, "breakGlass": map[string]any{"groups": groups}},
 	}}
 	return e.Apply(ctx, []*unstructured.Unstructured{obj}, ApplyOptions{FieldManager: FieldManager + "-fenceconfig"})
+}
+
+// InstallBaseline applies the baseline policy of the Cilium install path
+// (config/components/cilium-baseline; contract §4.8), as docs/install.md
+// has an admin do on a cluster that runs Cilium.
+func (e *Env) InstallBaseline(ctx context.Context, repoRoot string) error {
+	objs, err := ReadYAMLFile(filepath.Join(repoRoot, "config", "components", "cilium-baseline", "baseline.yaml"))
+	if err != nil {
+		return err
+	}
+	return e.Apply(ctx, objs, ApplyOptions{})
 }

@@ -126,9 +126,10 @@ func (e *Env) WithoutHolderEpochBinding(ctx context.Context, fn func() error) (e
 
 // Markers returns a marker per installed enforcer: the holder-epoch policy
 // (a malformed epoch on create), the egress policy (an unprefixed policy
-// name by the bound host; it also proves the FenceConfig is visible, since
-// only a bound host is checked) and the webhook (a well-formed policy whose
-// owner does not exist, which only the webhook can refuse).
+// name by the bound host; it also proves the FenceConfig is rendered into
+// it, since only a bound host gets that message) and the webhook (a
+// well-formed policy whose owner does not exist, which only the webhook can
+// refuse, once the bound hosts are rendered into its match conditions).
 func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 	var ms []Marker
 	// What is installed is recorded only once every lookup has answered: a
@@ -163,7 +164,11 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 			return nil, err
 		}
 		cnp.SetName("marker-without-prefix")
-		ms = append(ms, Marker{Name: PolicyCiliumEgress, As: e.Host, Obj: cnp, Want: PolicyCiliumEgress})
+		// The name rule's own message: the policy refuses every
+		// ServiceAccount in opted-in namespaces until the controller has
+		// rendered the FenceConfig into it (contract §8.3), so only this
+		// message says the configuration is in force.
+		ms = append(ms, Marker{Name: PolicyCiliumEgress, As: e.Host, Obj: cnp, Want: "does not start with namzu-sbx-"})
 	}
 	if ok, err := exists(PolicyCiliumOwner); err != nil {
 		return nil, err

@@ -46,6 +46,9 @@ func (r *Release) Chart() string {
 // FenceConfigYAML is the path of the release's default FenceConfig.
 func (r *Release) FenceConfigYAML() string { return filepath.Join(r.Dir, "fenceconfig.yaml") }
 
+// BaselineYAML is the release's Cilium baseline.
+func (r *Release) BaselineYAML() string { return filepath.Join(r.Dir, "baseline.yaml") }
+
 // Objects are the objects install.yaml creates, in its order, then the
 // FenceConfig of fenceconfig.yaml.
 func (r *Release) Objects() ([]*unstructured.Unstructured, error) {

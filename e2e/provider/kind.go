@@ -335,6 +335,9 @@ func (k *Kind) installBundle(ctx context.Context) error {
 	if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
 		return err
 	}
+	if err := env.InstallBaseline(ctx, k.RepoRoot); err != nil {
+		return err
+	}
 	if len(vwcs) > 0 {
 		if err := framework.WaitWebhookRolledOut(ctx, env, 5*time.Minute); err != nil {
 			return err

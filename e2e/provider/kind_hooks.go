@@ -314,7 +314,48 @@ func (a *kindAPIServer) Restart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.k.Logf("kind: kube-apiserver static pod restarted on %s in %s", n.String(), time.Since(start).Round(100*time.Millisecond))
+	readyAt := time.Now()
+	a.k.Logf("kind: kube-apiserver static pod restarted on %s in %s", n.String(), readyAt.Sub(start).Round(100*time.Millisecond))
+	// The only API server removes its address from the kubernetes
+	// Service's EndpointSlice when it stops, and kube-proxy then rejects
+	// connections to the Service address on every node. Pods, the webhook
+	// among them, reach the API server again only once it has added its
+	// address back and each node's kube-proxy has seen that, seconds after
+	// /readyz (RELIABILITY.md finding 8). Restart returns then, so a case
+	// times the fence, not kube-proxy.
+	if err := a.waitRouted(ctx); err != nil {
+		return err
+	}
+	a.k.Logf("kind: every node routes the kubernetes Service to kube-apiserver again %s after /readyz", time.Since(readyAt).Round(100*time.Millisecond))
+	return nil
+}
+
+// waitRouted waits until a TCP connection from every node to the
+// kubernetes Service's address is accepted, as a pod's would be.
+func (a *kindAPIServer) waitRouted(ctx context.Context) error {
+	svc, err := a.k.env.Admin.Kube.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the kubernetes Service: %w", err)
+	}
+	addr := fmt.Sprintf("/dev/tcp/%s/%d", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
+	ns, err := a.k.api.Nodes(a.k.ClusterName)
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
+		err := framework.Eventually(ctx, 3*time.Minute, 250*time.Millisecond, "node "+n.String()+" routes the kubernetes Service ("+svc.Spec.ClusterIP+")", func(ctx context.Context) (bool, string, error) {
+			cmd := n.CommandContext(ctx, "timeout", "1", "bash", "-c", "exec 3<>"+addr)
+			var out bytes.Buffer
+			cmd.SetStderr(&out)
+			if err := cmd.Run(); err != nil {
+				return false, strings.TrimSpace(out.String()), nil
+			}
+			return true, "", nil
+		})
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

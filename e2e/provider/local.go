@@ -111,6 +111,9 @@ func (l *Local) Setup(ctx context.Context) (*framework.Env, error) {
 	if err := env.ConfigureFence(ctx, fencev1.DefaultConfigName); err != nil {
 		return nil, err
 	}
+	if err := env.InstallBaseline(ctx, l.RepoRoot); err != nil {
+		return nil, err
+	}
 	if err := l.startWebhook(ctx, vwcs); err != nil {
 		return nil, err
 	}

@@ -52,15 +52,12 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 		if kc := os.Getenv("KUBECONFIG"); kc != "" {
 			logf("KUBECONFIG=%s is ignored: the suite starts its own control plane; set %s=kubeconfig to use that cluster", kc, EnvProvider)
 		}
-		cp, version, err := framework.ControlPlane(root)
+		l, err := NewLocal("e2e", logf)
 		if err != nil {
 			return nil, err
 		}
-		state, err := os.MkdirTemp("", "sandbox-fence-e2e-")
-		if err != nil {
-			return nil, err
-		}
-		return &Local{RepoRoot: root, BinDir: cp, KubernetesVersion: version, StateDir: state, RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf, Enforcer: os.Getenv(framework.EnvEnforcer)}, nil
+		l.Enforcer = os.Getenv(framework.EnvEnforcer)
+		return l, nil
 	case "kubeconfig":
 		kc := os.Getenv("KUBECONFIG")
 		if kc == "" {
@@ -79,4 +76,25 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 	default:
 		return nil, fmt.Errorf("%s=%q: want local, kubeconfig or kind", EnvProvider, p)
 	}
+}
+
+// NewLocal is a local control plane of the chosen release
+// (framework.ControlPlane) in a new state directory named for purpose
+// ("e2e", "soak", "bench", ...), removed at teardown unless $E2E_KEEP_STATE
+// is set: what the suite, the soak and the benches each start.
+func NewLocal(purpose string, logf framework.Logf) (*Local, error) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	bin, version, err := framework.ControlPlane(root)
+	if err != nil {
+		return nil, err
+	}
+	state, err := os.MkdirTemp("", "sandbox-fence-"+purpose+"-")
+	if err != nil {
+		return nil, err
+	}
+	return &Local{RepoRoot: root, BinDir: bin, KubernetesVersion: version, StateDir: state,
+		RemoveState: os.Getenv(EnvKeepState) == "", Logf: logf}, nil
 }

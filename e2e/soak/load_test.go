@@ -253,9 +253,10 @@ func callFailed(err error) bool {
 	return strings.Contains(err.Error(), `failed calling webhook "`+webhookName+`"`)
 }
 
-// vapConfigErrorRE is a policy the API server could not configure (its
-// paramKind not resolvable yet): it refuses before the policy's own rules
-// and before any webhook is asked.
+// vapConfigErrorRE is a policy the API server could not configure (a
+// resource of its matchConstraints it cannot map, say): it refuses before
+// the policy's own rules and before any webhook is asked. No shipped policy
+// has a paramKind, whose resolution this was while one did.
 var vapConfigErrorRE = regexp.MustCompile(`ValidatingAdmissionPolicy '([^']+)' denied request: failed to configure policy`)
 
 // enforcer names what refused a write: the webhook's verdict, the API

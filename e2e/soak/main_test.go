@@ -38,23 +38,12 @@ func run(m *testing.M) int {
 		logf("%s=%s: the soak runs only on the local control plane (it stops and restarts its processes)", provider.EnvProvider, p)
 		return 2
 	}
-	root, err := framework.RepoRoot()
+	l, err := provider.NewLocal("soak", logf)
 	if err != nil {
 		logf("%v", err)
 		return 2
 	}
-	state, err := os.MkdirTemp("", "sandbox-fence-soak-")
-	if err != nil {
-		logf("%v", err)
-		return 2
-	}
-	bin, version, err := framework.ControlPlane(root)
-	if err != nil {
-		logf("%v", err)
-		return 2
-	}
-	local = &provider.Local{RepoRoot: root, BinDir: bin, KubernetesVersion: version, StateDir: state,
-		RemoveState: os.Getenv(provider.EnvKeepState) == "", Logf: logf}
+	local = l
 	start := time.Now()
 	return framework.RunSuite(m, local, "local provider", logf, framework.SuiteHooks{
 		Ready: func(e *framework.Env) error {

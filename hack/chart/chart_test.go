@@ -77,9 +77,9 @@ func loadChart(t *testing.T) *chart.Chart {
 
 // helmTemplate is `helm template --include-crds` through Helm's own install
 // action (dry run, no cluster), parsed into objects.
-func helmTemplate(t *testing.T, ch *chart.Chart, vals map[string]any) []*unstructured.Unstructured {
+func helmTemplate(t *testing.T, ch *chart.Chart, vals map[string]any, apiVersions ...string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := render.Template(ch, vals, kubeVersion)
+	objs, err := render.Template(ch, vals, kubeVersion, apiVersions...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,13 @@ func TestChartRendersTheKustomizeBundle(t *testing.T) {
 					"strictDelete":  map[string]any{"enabled": c[2] == "on"},
 					"networkPolicy": map[string]any{"enabled": c[3] == "on"},
 				}
-				compare(t, name, kobjs, helmTemplate(t, ch, vals))
+				// The baseline's switch is the API server's answer: on
+				// where it serves Cilium's clusterwide policies.
+				var apis []string
+				if c[4] == "on" {
+					apis = []string{CiliumClusterwidePolicyAPI}
+				}
+				compare(t, name, kobjs, helmTemplate(t, ch, vals, apis...))
 			})
 		}
 	}
@@ -247,7 +253,7 @@ func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, certs := range []string{"cert-controller", "cert-manager"} {
-		c := Combo{"on", certs, "off", "off"}
+		c := Combo{"on", certs, "off", "off", "off"}
 		base := byKey(t, tst.RenderKustomization(t, filepath.Join(root, "config"), Kustomization(c, "", nil)))
 		for _, tc := range []struct {
 			name   string

@@ -83,7 +83,20 @@ var dims = []dim{
 		}
 		return "(not .Values.networkPolicy.enabled)"
 	}},
+	// The baseline (contract §4.8): on by default wherever the API server
+	// serves Cilium's clusterwide policies, asked of it at install.
+	{"ciliumBaseline", []string{"on", "off"}, func(v string) string {
+		on := "(and .Values.ciliumBaseline.enabled (.Capabilities.APIVersions.Has " + strconv.Quote(CiliumClusterwidePolicyAPI) + "))"
+		if v == "on" {
+			return on
+		}
+		return "(not " + on + ")"
+	}},
 }
+
+// CiliumClusterwidePolicyAPI is what the chart asks the API server for
+// before it installs the baseline.
+const CiliumClusterwidePolicyAPI = "cilium.io/v2/CiliumClusterwideNetworkPolicy"
 
 // Combo is one value of every dim, in dims' order.
 type Combo []string
@@ -108,6 +121,9 @@ func Kustomization(c Combo, namespace string, images []map[string]string, compon
 	}
 	if c[0] == "on" && c[3] == "on" {
 		components = append(components, "config/components/network-policy")
+	}
+	if c[4] == "on" {
+		components = append(components, "config/components/cilium-baseline")
 	}
 	if len(components) > 0 {
 		k["components"] = components
@@ -398,6 +414,14 @@ strictDelete:
 # Cilium, as the fence does.
 networkPolicy:
   enabled: false
+
+# The baseline (config/components/cilium-baseline; contract §4.8,
+# docs/install.md, The baseline): every pod in an opted-in namespace reaches
+# kube-dns and what its own per-sandbox policy allows, never link-local or
+# metadata addresses. Installed only where the API server serves
+# cilium.io/v2 CiliumClusterwideNetworkPolicy.
+ciliumBaseline:
+  enabled: true
 
 # The FenceConfig spec: hosts, break-glass identities, ... (docs/install.md,
 # Configure). Empty: fences nobody.

@@ -93,5 +93,6 @@ phase=cluster
 t=$SECONDS
 E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=${E2E_IMAGE_ARCHIVE:-$root/bin/webhook-image.tar} E2E_ARTIFACTS=$artifacts \
   go -C e2e test -json -count=1 -tags e2e -timeout "${E2E_TIMEOUT:-40m}" ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} . 2>&1 |
-  bin/testreport -v -run e2e-kind -json bin/e2e-kind.json -failures bin/e2e-kind.failures
+  bin/testreport -v -run e2e-kind -json bin/e2e-kind.json -failures bin/e2e-kind.failures \
+    -modules e2e -- -tags e2e ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} .
 timings+=("cluster and suite $((SECONDS - t))s")

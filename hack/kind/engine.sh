@@ -204,6 +204,9 @@ down() {
   awk -v s="$state/" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done
+  # A dockerd that was killed (a run cut short) leaves its bridge: no other
+  # engine runs (above), so it is ours.
+  ip link delete "$bridge" 2>/dev/null || true
   iptables_clean
   if [[ -n $before_txt ]]; then
     local kind key value

@@ -5,18 +5,23 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"slices"
 	"strings"
 )
 
 // goSite is one place in the webhook's Go code where a check refuses a
-// request, and the edit that makes it not refuse.
+// request, and the edit that makes it not refuse; or the condition of a
+// branch that admits a request early, and the edit that always or never
+// takes it.
 type goSite struct {
 	Func       string // the function holding it
-	N          int    // its index among that function's sites
+	N          int    // its index among that function's sites (of its kind)
 	Line       int
-	Start, End int    // byte offsets of the statement
-	Repl       string // what replaces the statement
-	Show       string // the refusal, as the table shows it
+	Start, End int    // byte offsets of the statement or condition
+	Repl       string // what replaces it
+	Show       string // the refusal or the branch, as the table shows it
+	// Taken, for a branch site, is "always" or "never".
+	Taken string
 }
 
 // goSites finds the refusals of one file:
@@ -33,28 +38,13 @@ type goSite struct {
 // The replaced expression is still evaluated into _, so no variable becomes
 // unused and every mutant compiles.
 func goSites(filename string, src []byte) ([]goSite, error) {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filename, src, parser.ParseComments)
+	fset, text, funcs, err := parseResultFuncs(filename, src, "field.ErrorList", "admission.Response")
 	if err != nil {
 		return nil, err
 	}
-	text := func(n ast.Node) string {
-		return string(src[fset.Position(n.Pos()).Offset:fset.Position(n.End()).Offset])
-	}
 	var sites []goSite
-	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok || fn.Body == nil || fn.Type.Results == nil || len(fn.Type.Results.List) == 0 {
-			continue
-		}
-		first := text(fn.Type.Results.List[0].Type)
-		if first != "field.ErrorList" && first != "admission.Response" {
-			continue
-		}
-		name := fn.Name.Name
-		if fn.Recv != nil && len(fn.Recv.List) == 1 {
-			name = strings.TrimPrefix(text(fn.Recv.List[0].Type), "*") + "." + name
-		}
+	for _, rf := range funcs {
+		fn, name, first := rf.decl, rf.name, rf.first
 		n := 0
 		add := func(stmt ast.Node, repl, show string) {
 			sites = append(sites, goSite{
@@ -123,6 +113,125 @@ func goSites(filename string, src []byte) ([]goSite, error) {
 	return sites, nil
 }
 
+// resultFunc is a function with a body whose first result has a type a
+// finder looks for.
+type resultFunc struct {
+	decl  *ast.FuncDecl
+	name  string // Type.Method for a method
+	first string // the first result's type, as written
+}
+
+// parseResultFuncs parses one file and returns the source text of a node,
+// and the functions whose first result type is one of results.
+func parseResultFuncs(filename string, src []byte, results ...string) (*token.FileSet, func(ast.Node) string, []resultFunc, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, filename, src, parser.ParseComments)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	text := func(n ast.Node) string {
+		return string(src[fset.Position(n.Pos()).Offset:fset.Position(n.End()).Offset])
+	}
+	var funcs []resultFunc
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Body == nil || fn.Type.Results == nil || len(fn.Type.Results.List) == 0 {
+			continue
+		}
+		first := text(fn.Type.Results.List[0].Type)
+		if !slices.Contains(results, first) {
+			continue
+		}
+		name := fn.Name.Name
+		if fn.Recv != nil && len(fn.Recv.List) == 1 {
+			name = strings.TrimPrefix(text(fn.Recv.List[0].Type), "*") + "." + name
+		}
+		funcs = append(funcs, resultFunc{decl: fn, name: name, first: first})
+	}
+	return fset, text, funcs, nil
+}
+
+// branchSites finds the early admission.Allowed branches of one file's
+// handlers (functions returning admission.Response): each `if <cond>` and
+// each case of a switch without a tag whose body returns
+// admission.Allowed(...) (with or without .WithWarnings). Each gives two
+// sites, in source order: the condition made `(<cond>) || true`, so the
+// branch is always taken and every request it sees first is admitted, and
+// `(<cond>) && false`, so it is never taken and the requests it skipped go
+// on to the checks after it. The condition stays evaluated, so every
+// mutant compiles.
+func branchSites(filename string, src []byte) ([]goSite, error) {
+	fset, text, funcs, err := parseResultFuncs(filename, src, "admission.Response")
+	if err != nil {
+		return nil, err
+	}
+	var sites []goSite
+	for _, rf := range funcs {
+		fn, name := rf.decl, rf.name
+		n := 0
+		add := func(cond ast.Expr, body []ast.Stmt) {
+			ret := allowedReturn(body)
+			if ret == nil {
+				return
+			}
+			for _, t := range []struct{ taken, repl string }{{"always", "(" + text(cond) + ") || true"}, {"never", "(" + text(cond) + ") && false"}} {
+				sites = append(sites, goSite{
+					Func: name, N: n, Line: fset.Position(cond.Pos()).Line,
+					Start: fset.Position(cond.Pos()).Offset, End: fset.Position(cond.End()).Offset,
+					Repl: t.repl, Show: oneLine(text(cond) + " -> " + text(ret.Results[0])), Taken: t.taken,
+				})
+			}
+			n++
+		}
+		ast.Inspect(fn.Body, func(node ast.Node) bool {
+			switch s := node.(type) {
+			case *ast.FuncLit:
+				return false
+			case *ast.IfStmt:
+				add(s.Cond, s.Body.List)
+			case *ast.SwitchStmt:
+				if s.Tag != nil {
+					return true
+				}
+				for _, c := range s.Body.List {
+					if cc, ok := c.(*ast.CaseClause); ok && len(cc.List) == 1 {
+						add(cc.List[0], cc.Body)
+					}
+				}
+			}
+			return true
+		})
+	}
+	return sites, nil
+}
+
+// allowedReturn is the statement of body that returns admission.Allowed,
+// or nil.
+func allowedReturn(body []ast.Stmt) *ast.ReturnStmt {
+	for _, st := range body {
+		ret, ok := st.(*ast.ReturnStmt)
+		if !ok || len(ret.Results) != 1 {
+			continue
+		}
+		e := ret.Results[0]
+		for {
+			call, ok := e.(*ast.CallExpr)
+			if !ok {
+				break
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				break
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == "admission" && sel.Sel.Name == "Allowed" {
+				return ret
+			}
+			e = sel.X
+		}
+	}
+	return nil
+}
+
 // callsField is true when the appended values build a field.Error.
 func callsField(call *ast.CallExpr) bool {
 	found := false
@@ -148,7 +257,7 @@ func applySite(filename string, src []byte, s goSite) ([]byte, error) {
 	out = append(out, s.Repl...)
 	out = append(out, src[s.End:]...)
 	if _, err := parser.ParseFile(token.NewFileSet(), filename, out, 0); err != nil {
-		return nil, fmt.Errorf("%s: the mutant of %s#%d does not parse: %w", filename, s.Func, s.N, err)
+		return nil, fmt.Errorf("%s: the mutant of %s#%d%s does not parse: %w", filename, s.Func, s.N, s.Taken, err)
 	}
 	return out, nil
 }

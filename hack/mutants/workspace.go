@@ -34,12 +34,14 @@ var firstStage = map[string]string{
 	"policies": "^TestPolicyCases$",
 }
 
-// textTests compare a shipped file with a copy of its text: they fail on
-// any edit, so a mutant only they catch has no test of what the rule does,
-// and still counts as surviving (the table names them). Keys are
-// "<package> <test>"; a subtest counts as its test.
+// textTests compare what a shipped file says with a copy of it (decoded,
+// so the neutral edit below, a comment, does not reach them): they fail on
+// any change to the values they copy, so a mutant only they catch has no
+// test of what the rule does, and still counts as surviving (the table
+// names them). Keys are "<package> <test>"; a subtest counts as its test.
 var textTests = map[string]string{
 	"internal/webhook TestShippedWebhookConfiguration": "compares the webhook entries with a copy of the shipped YAML",
+	"policies TestMessageGuards":                       "compares each guarded messageExpression's guard with its validation's expression text",
 }
 
 func isTextTest(pkg, test string) bool {
@@ -48,17 +50,39 @@ func isTextTest(pkg, test string) bool {
 	return ok
 }
 
+// neutralEdit is src with a comment added at its top: the same meaning,
+// other bytes and every line moved down one. A test that fails on it fails
+// on any change to the file (a byte-for-byte comparison with a generated
+// copy, a line number), so it is no test of a rule: for each mutated file
+// the tests it fails, run as the mutant's are, are not credited with
+// killing that file's mutants.
+func neutralEdit(file string, src []byte) []byte {
+	c := "# mutation check: a neutral edit, no meaning changed\n"
+	if strings.HasSuffix(file, ".go") {
+		// A blank line after it, so the package's doc comment stays its own.
+		c = "// mutation check: a neutral edit, no meaning changed\n\n"
+	}
+	return append([]byte(c), src...)
+}
+
 // workspace is the temporary copy the mutants are applied to.
 type workspace struct {
 	root, tmp, src string
 	keep           bool
 	testreport     string
-	// binaries are the unmutated test binaries, by package.
+	// binaries are the unmutated test binaries, by package; passed the
+	// runs of them that passed, by "<package> <stage>".
 	binaries map[string]string
+	passed   map[string]bool
 	// goReaders are, by package, the packages whose tests link it.
 	goReaders map[string][]string
 	log       io.Writer
 	n         int
+	// neutral holds, by "<file> <package> <stage>", the tests the neutral
+	// edit of the file fails in that run; neutralBins the package's test
+	// binary with a Go file's neutral edit, by "<file> <package>".
+	neutral     map[string][]string
+	neutralBins map[string]string
 }
 
 func newWorkspace(root string, keep bool) (*workspace, error) {
@@ -66,7 +90,8 @@ func newWorkspace(root string, keep bool) (*workspace, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &workspace{root: root, tmp: tmp, src: filepath.Join(tmp, "src"), keep: keep, binaries: map[string]string{}, log: os.Stdout}
+	w := &workspace{root: root, tmp: tmp, src: filepath.Join(tmp, "src"), keep: keep, binaries: map[string]string{}, passed: map[string]bool{}, log: os.Stdout,
+		neutral: map[string][]string{}, neutralBins: map[string]string{}}
 	if err := w.copyRepo(); err != nil {
 		w.close()
 		return nil, err
@@ -347,8 +372,10 @@ func (w *workspace) runAll(ms []Mutant, e2eMode string) ([]Result, error) {
 	_, cpErr := os.Stat(filepath.Join(w.root, "bin", "kube-apiserver"))
 	switch {
 	case e2eMode == "off":
+		// Not a survivor: the e2e suite may kill it (the full check, with
+		// e2e, decides).
 		for _, i := range alive {
-			results[i].NotRun = "e2e not run (-e2e off)"
+			results[i].Undecided = true
 		}
 		return results, nil
 	case cpErr != nil && e2eMode == "on":
@@ -373,24 +400,24 @@ func (w *workspace) runAll(ms []Mutant, e2eMode string) ([]Result, error) {
 	return results, nil
 }
 
-// apply writes a YAML mutant into the copy, or the overlay of a Go mutant;
-// undo restores the copy.
-func (w *workspace) apply(m Mutant, i int) (overlay string, undo func(), err error) {
-	if m.Go {
-		mut := filepath.Join(w.tmp, "overlay", fmt.Sprintf("%03d.go", i))
-		if err := os.WriteFile(mut, m.Mutated, 0o644); err != nil {
+// apply writes a YAML file's mutated content into the copy, or the overlay
+// of a Go file; undo restores the copy.
+func (w *workspace) apply(file string, content []byte, name string) (overlay string, undo func(), err error) {
+	if strings.HasSuffix(file, ".go") {
+		mut := filepath.Join(w.tmp, "overlay", name+".go")
+		if err := os.WriteFile(mut, content, 0o644); err != nil {
 			return "", nil, err
 		}
-		o, _ := json.Marshal(map[string]any{"Replace": map[string]string{filepath.Join(w.src, m.File): mut}})
-		overlay = filepath.Join(w.tmp, "overlay", fmt.Sprintf("%03d.json", i))
+		o, _ := json.Marshal(map[string]any{"Replace": map[string]string{filepath.Join(w.src, file): mut}})
+		overlay = filepath.Join(w.tmp, "overlay", name+".json")
 		return overlay, func() {}, os.WriteFile(overlay, o, 0o644)
 	}
-	path := filepath.Join(w.src, m.File)
+	path := filepath.Join(w.src, file)
 	orig, err := os.ReadFile(path)
 	if err != nil {
 		return "", nil, err
 	}
-	if err := os.WriteFile(path, m.Mutated, 0o644); err != nil {
+	if err := os.WriteFile(path, content, 0o644); err != nil {
 		return "", nil, err
 	}
 	return "", func() {
@@ -400,36 +427,42 @@ func (w *workspace) apply(m Mutant, i int) (overlay string, undo func(), err err
 	}, nil
 }
 
-// baseline compiles pkg's test binary once and requires it to pass without
-// any mutant (a failing package would "kill" every mutant). It runs when a
-// mutant first needs the package, so a package no mutant reaches costs
-// nothing.
-func (w *workspace) baseline(p string) error {
-	if _, ok := w.binaries[p]; ok {
+// baseline compiles pkg's test binary once, and requires each run of its
+// tests (stage) to pass without any mutant before a mutant's run of it
+// counts (a failing run would "kill" everything). Both happen when a mutant
+// first needs them, so a package or a stage no mutant reaches costs
+// nothing: a sample whose mutants TestPolicyCases kills never runs the
+// rest of policies.
+func (w *workspace) baseline(p string, k int, args []string) error {
+	bin, ok := w.binaries[p]
+	if !ok {
+		t := time.Now()
+		bin = filepath.Join(w.tmp, "bin", flat(p)+".test")
+		if err := w.compile(p, bin, ""); err != nil {
+			return err
+		}
+		w.binaries[p] = bin
+		fmt.Fprintf(w.log, "compiled %s (%s)\n", p, time.Since(t).Round(100*time.Millisecond))
+	}
+	key := fmt.Sprintf("%s %d", p, k)
+	if w.passed[key] {
 		return nil
 	}
 	t := time.Now()
-	bin := filepath.Join(w.tmp, "bin", flat(p)+".test")
-	if err := w.compile(p, bin, ""); err != nil {
-		return err
-	}
-	failed, err := w.runTests(p, bin, "test-unit", "baseline-"+flat(p), nil)
+	failed, err := w.runTests(p, bin, "test-unit", fmt.Sprintf("baseline-%s-%d", flat(p), k), nil, args...)
 	if err != nil {
 		return err
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("without any mutant, %s fails: %s; fix that first", p, strings.Join(failed, ", "))
 	}
-	w.binaries[p] = bin
-	fmt.Fprintf(w.log, "baseline %s passes without a mutant (%s)\n", p, time.Since(t).Round(100*time.Millisecond))
+	w.passed[key] = true
+	fmt.Fprintf(w.log, "baseline %s (run %d) passes without a mutant (%s)\n", p, k, time.Since(t).Round(100*time.Millisecond))
 	return nil
 }
 
 func (w *workspace) offline(r *Result, i int) error {
 	for _, p := range w.readers(r.Mutant) {
-		if err := w.baseline(p); err != nil {
-			return err
-		}
 		killed, err := w.offlinePackage(r, i, p)
 		if err != nil || killed {
 			return err
@@ -438,35 +471,49 @@ func (w *workspace) offline(r *Result, i int) error {
 	return nil
 }
 
-// offlinePackage runs p's tests with the mutant applied.
+// offlinePackage runs p's tests with the mutant applied, in stages. A
+// failed test is credited with the kill unless it compares text
+// (textTests) or fails on the neutral edit of the mutated file too.
 func (w *workspace) offlinePackage(r *Result, i int, p string) (killed bool, err error) {
-	overlay, undo, err := w.apply(r.Mutant, i)
-	if err != nil {
+	stages := stagesOf(p)
+	if err := w.baseline(p, 0, stages[0]); err != nil {
 		return false, err
 	}
-	defer undo()
 	bin := w.binaries[p]
 	if r.Go {
+		overlay, _, err := w.apply(r.File, r.Mutated, fmt.Sprintf("%03d", i))
+		if err != nil {
+			return false, err
+		}
 		bin = filepath.Join(w.tmp, "bin", "mutant.test")
 		if err := w.compile(p, bin, overlay); err != nil {
 			return false, fmt.Errorf("%s: the mutant does not compile (a generator bug): %w", r.ID, err)
 		}
 	}
 	r.Ran = append(r.Ran, p)
-	stages := [][]string{nil}
-	if re, ok := firstStage[p]; ok {
-		stages = [][]string{{"-test.run=" + re}, {"-test.skip=" + re}}
-	}
 	for k, args := range stages {
-		failed, err := w.runTests(p, bin, "test-unit", fmt.Sprintf("m%03d-%s-%d", i, flat(p), k), nil, args...)
+		if err := w.baseline(p, k, args); err != nil {
+			return false, err
+		}
+		failed, err := w.runWith(r.File, r.Mutated, fmt.Sprintf("%03d", i), p, bin, fmt.Sprintf("m%03d-%s-%d", i, flat(p), k), args)
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", r.ID, err)
 		}
+		if len(failed) == 0 {
+			continue
+		}
+		neutral, err := w.neutralFailures(r.File, p, k, args)
+		if err != nil {
+			return false, err
+		}
 		var behaviour []string
 		for _, f := range failed {
-			if isTextTest(p, f) {
-				r.TextOnly = appendNew(r.TextOnly, p+" "+f)
-			} else {
+			switch {
+			case isTextTest(p, f):
+				r.NotCredited = appendNew(r.NotCredited, p+" "+f+" (compares text)")
+			case coveredBy(neutral, f):
+				r.NotCredited = appendNew(r.NotCredited, p+" "+f+" (fails on a neutral edit)")
+			default:
 				behaviour = append(behaviour, f)
 			}
 		}
@@ -476,6 +523,98 @@ func (w *workspace) offlinePackage(r *Result, i int, p string) (killed bool, err
 		}
 	}
 	return false, nil
+}
+
+// stagesOf are the runs of p's tests, each a list of test binary flags.
+func stagesOf(p string) [][]string {
+	if re, ok := firstStage[p]; ok {
+		return [][]string{{"-test.run=" + re}, {"-test.skip=" + re}}
+	}
+	return [][]string{nil}
+}
+
+// runWith runs p's tests (bin, compiled with the overlay of a Go file)
+// with file holding content for a YAML file, restoring it after.
+func (w *workspace) runWith(file string, content []byte, name, p, bin, logName string, args []string) ([]string, error) {
+	var undo func()
+	if !strings.HasSuffix(file, ".go") {
+		var err error
+		if _, undo, err = w.apply(file, content, name); err != nil {
+			return nil, err
+		}
+		defer undo()
+	}
+	return w.runTests(p, bin, "test-unit", logName, nil, args...)
+}
+
+// neutralFailures are the tests of p's stage k that fail on the neutral
+// edit of file, computed once per file, package and stage, and only when a
+// mutant of the file failed a test there.
+func (w *workspace) neutralFailures(file, p string, k int, args []string) ([]string, error) {
+	key := fmt.Sprintf("%s %s %d", file, p, k)
+	if f, ok := w.neutral[key]; ok {
+		return f, nil
+	}
+	orig, err := os.ReadFile(filepath.Join(w.src, file))
+	if err != nil {
+		return nil, err
+	}
+	content := neutralEdit(file, orig)
+	name := "neutral-" + flat(file)
+	bin := w.binaries[p]
+	if strings.HasSuffix(file, ".go") {
+		bkey := file + " " + p
+		if bin = w.neutralBins[bkey]; bin == "" {
+			overlay, _, err := w.apply(file, content, name)
+			if err != nil {
+				return nil, err
+			}
+			bin = filepath.Join(w.tmp, "bin", "neutral-"+flat(file)+"-"+flat(p)+".test")
+			if err := w.compile(p, bin, overlay); err != nil {
+				return nil, fmt.Errorf("the neutral edit of %s does not compile: %w", file, err)
+			}
+			w.neutralBins[bkey] = bin
+		}
+	}
+	t := time.Now()
+	failed, err := w.runWith(file, content, name, p, bin, fmt.Sprintf("neutral-%s-%s-%d", flat(file), flat(p), k), args)
+	if err != nil {
+		return nil, fmt.Errorf("the neutral edit of %s: %w", file, err)
+	}
+	w.neutral[key] = failed
+	verdict := "fails none of its tests"
+	if len(failed) > 0 {
+		verdict = "fails " + strings.Join(failed, ", ") + ": not credited with kills"
+	}
+	fmt.Fprintf(w.log, "neutral edit of %s in %s (run %d) %s (%s)\n", file, p, k, verdict, time.Since(t).Round(100*time.Millisecond))
+	return failed, nil
+}
+
+// neutralReport lists, by file, the tests that failed on its neutral edit.
+func (w *workspace) neutralReport() map[string][]string {
+	out := map[string][]string{}
+	for key, failed := range w.neutral {
+		file, rest, _ := strings.Cut(key, " ")
+		p, _, _ := strings.Cut(rest, " ")
+		for _, f := range failed {
+			out[file] = appendNew(out[file], p+" "+f)
+		}
+	}
+	for _, v := range out {
+		sort.Strings(v)
+	}
+	return out
+}
+
+// coveredBy is true when test failed on the neutral edit too: the same
+// test, one of its parents, or the package outside any test.
+func coveredBy(neutral []string, test string) bool {
+	for _, n := range neutral {
+		if n == test || strings.HasPrefix(test, n+"/") || n == "(package)" {
+			return true
+		}
+	}
+	return false
 }
 
 func appendNew(s []string, v string) []string {
@@ -490,7 +629,7 @@ func appendNew(s []string, v string) []string {
 // configuration the harness installs come from the copy, and a Go mutant
 // reaches the webhook the harness builds through GOFLAGS.
 func (w *workspace) e2e(r *Result, i int) error {
-	overlay, undo, err := w.apply(r.Mutant, i)
+	overlay, undo, err := w.apply(r.File, r.Mutated, fmt.Sprintf("%03d", i))
 	if err != nil {
 		return err
 	}

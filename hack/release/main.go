@@ -9,6 +9,8 @@
 //     empty cluster its CRD alone (the version gate, selected by its label),
 //     then the whole file;
 //   - fenceconfig.yaml: the FenceConfig, to apply once the hosts are in it;
+//   - baseline.yaml: the Cilium baseline (config/components/cilium-baseline),
+//     for clusters that run Cilium;
 //   - sandbox-fence-<version>.tgz: the Helm chart (hack/chart) with that
 //     version and image;
 //   - webhook.spdx.json: an SPDX 2.3 SBOM of the webhook binary from its
@@ -64,6 +66,7 @@ var semver = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 func Files(chartVersion string) []string {
 	return []string{
 		"SHA256SUMS",
+		"baseline.yaml",
 		"fenceconfig.yaml",
 		"install.yaml",
 		"sandbox-fence-" + chartVersion + ".tgz",
@@ -161,6 +164,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "fenceconfig.yaml"), config, 0o644); err != nil {
+		return err
+	}
+	baseline, err := os.ReadFile(filepath.Join(root, "config", "components", "cilium-baseline", "baseline.yaml"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "baseline.yaml"), baseline, 0o644); err != nil {
 		return err
 	}
 

@@ -123,7 +123,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(sums[0]), "\n") {
 		names = append(names, strings.Fields(line)[1])
 	}
-	want := []string{"fenceconfig.yaml", "install.yaml", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
+	want := []string{"baseline.yaml", "fenceconfig.yaml", "install.yaml", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
 	if !slices.Equal(names, want) {
 		t.Errorf("release files %v, want %v", names, want)
 	}

@@ -2,9 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"go/build"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -180,6 +185,10 @@ func TestAllowlistEntriesNeedAReason(t *testing.T) {
 		{"an entry without a reason is refused", "- {runs: [e2e], package: e2e, test: TestA, message: m}\n", "needs runs, package, test, message and reason"},
 		{"an entry without runs is refused", "- {package: e2e, test: TestA, message: m, reason: r}\n", "needs runs"},
 		{"a misspelt key is refused", "- {run: [e2e], package: e2e, test: TestA, message: m, reason: r}\n", "unknown field"},
+		{"a notRun entry loads without a message", "- {runs: [e2e], package: e2e, test: TestA, notRun: true, reason: r}\n", ""},
+		{"a notRun entry with a message is refused", "- {runs: [e2e], package: e2e, test: TestA, notRun: true, message: m, reason: r}\n", "is notRun"},
+		{"a notRun entry of a subtest is refused: go test -list names top-level tests", "- {runs: [e2e], package: e2e, test: TestA/x, notRun: true, reason: r}\n", "is notRun"},
+		{"a notRun entry without a reason is refused", "- {runs: [e2e], package: e2e, test: TestA, notRun: true}\n", "is notRun"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
@@ -238,5 +247,213 @@ func TestFailureLinesNameTestsAndPackagesThatFailedOutsideATest(t *testing.T) {
 	want := "policies TestPolicyCases/a\npolicies TestPolicyCases\ne2e (package)\n"
 	if d := cmp.Diff(want, r.FailureLines()); d != "" {
 		t.Errorf("failures (-want +got):\n%s", d)
+	}
+}
+
+var notRunWebhook = Allowed{Runs: []string{"e2e"}, Package: "e2e", Test: "TestOnlyOnKind", NotRun: true, Reason: "its TestMain leaves it to make e2e-kind"}
+
+func TestReportFailsOnAListedTestThatNeverRan(t *testing.T) {
+	type verdict struct {
+		NotRun   []string
+		Stale    []string
+		Problems []string
+	}
+	listed := map[string][]string{"e2e": {"TestA", "TestOnlyOnKind", "BenchmarkA", "FuzzA", "ExampleA"}}
+	tests := []struct {
+		name   string
+		args   []string // go test's
+		listed map[string][]string
+		lines  [][]string
+		want   verdict
+	}{
+		{
+			name:   "every listed test, fuzz target and example ran: benchmarks are not expected",
+			listed: map[string][]string{"pkg/fence": {"TestA", "BenchmarkA", "FuzzA", "ExampleA"}},
+			lines:  [][]string{passed("pkg/fence", "TestA"), passed("pkg/fence", "FuzzA"), passed("pkg/fence", "ExampleA")},
+			want:   verdict{},
+		},
+		{
+			name:   "a listed test that never ran fails the run",
+			listed: map[string][]string{"pkg/fence": {"TestA", "TestB"}},
+			lines:  [][]string{passed("pkg/fence", "TestA")},
+			want: verdict{NotRun: []string{"pkg/fence TestB NOT ALLOWED"}, Problems: []string{
+				`pkg/fence TestB never ran: go test -list names it, and allowed-skips.yaml has no notRun entry for it in run "e2e"`}},
+		},
+		{
+			name:   "a test that never ran is allowed by a notRun entry of this run",
+			listed: listed,
+			lines:  [][]string{passed("e2e", "TestA"), passed("e2e", "FuzzA"), passed("e2e", "ExampleA")},
+			want:   verdict{NotRun: []string{"e2e TestOnlyOnKind allowed"}},
+		},
+		{
+			name:   "a test that skipped or failed ran",
+			listed: map[string][]string{"pkg/fence": {"TestA", "TestB"}},
+			lines:  [][]string{skipped("pkg/fence", "TestA", "why"), {ev("run", "pkg/fence", "TestB", ""), ev("fail", "pkg/fence", "TestB", "")}},
+			want:   verdict{Problems: []string{`pkg/fence TestA skipped and is not in allowed-skips.yaml for run "e2e"`}},
+		},
+		{
+			name:   "a notRun entry whose test ran is stale",
+			listed: listed,
+			lines:  [][]string{passed("e2e", "TestA"), passed("e2e", "TestOnlyOnKind"), passed("e2e", "FuzzA"), passed("e2e", "ExampleA")},
+			want: verdict{Stale: []string{"e2e TestOnlyOnKind"}, Problems: []string{
+				`e2e TestOnlyOnKind is a notRun entry of allowed-skips.yaml for run "e2e" but ran: remove the entry`}},
+		},
+		{
+			name:   "a notRun entry of a test go test -list does not name is stale",
+			listed: map[string][]string{"e2e": {"TestA"}},
+			lines:  [][]string{passed("e2e", "TestA")},
+			want: verdict{Stale: []string{"e2e TestOnlyOnKind"}, Problems: []string{
+				`e2e TestOnlyOnKind is a notRun entry of allowed-skips.yaml for run "e2e" but go test -list does not name it: remove the entry`}},
+		},
+		{
+			name:   "-run narrows what is expected as it narrows what runs, notRun entries included",
+			args:   []string{"-count=1", "-run", "^TestA$|Fuzz", "./..."},
+			listed: listed,
+			lines:  [][]string{passed("e2e", "TestA"), passed("e2e", "FuzzA")},
+			want:   verdict{},
+		},
+		{
+			name:   "-run that selects no listed test fails the run: it tested nothing",
+			args:   []string{"-run=XYZ", "./..."},
+			listed: listed,
+			want: verdict{Problems: []string{
+				`none of the 4 listed tests is expected to run (those -run "XYZ" selects): the run tests nothing`}},
+		},
+		{
+			name:   "the tests of a package that failed are not judged one by one",
+			listed: map[string][]string{"e2e": {"TestA", "TestB"}},
+			lines:  [][]string{{ev("output", "e2e", "", "setup failed\n"), ev("fail", "e2e", "", "")}},
+			want:   verdict{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			_, filter := GoTestArgs(tt.args)
+			r := &Report{Module: module, Run: "e2e", Allow: []Allowed{notRunWebhook}, Out: &out, Filter: filter, Listed: tt.listed}
+			r.Line(ev("start", "e2e", "", "")) // go test's first event for a package
+			for _, ls := range tt.lines {
+				for _, l := range ls {
+					r.Line(l)
+				}
+			}
+			got := verdict{Problems: r.Summary("allowed-skips.yaml")}
+			missing, stale := r.NotRun()
+			for _, m := range missing {
+				v := "NOT ALLOWED"
+				if m.Allowed != nil {
+					v = "allowed"
+				}
+				got.NotRun = append(got.NotRun, m.Package+" "+m.Test+" "+v)
+			}
+			for _, a := range stale {
+				got.Stale = append(got.Stale, a.Package+" "+a.Test)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s\noutput:\n%s", d, out.String())
+			}
+		})
+	}
+}
+
+func TestRunAndSkipSelectTopLevelNamesAsGoTestDoes(t *testing.T) {
+	names := []string{"TestA", "TestAB", "TestB", "FuzzA", "ExampleA", "BenchmarkA"}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no filter expects every test, fuzz target and example", []string{"./..."}, []string{"TestA", "TestAB", "TestB", "FuzzA", "ExampleA"}},
+		{"-run is an unanchored regexp", []string{"-run", "TestA"}, []string{"TestA", "TestAB"}},
+		{"-run's first level applies to top-level names", []string{"-run=TestB/some case"}, []string{"TestB"}},
+		{"each alternative of -run is split at its own levels", []string{"-test.run", "TestA$/x|^TestB"}, []string{"TestA", "TestB"}},
+		{"a '|' inside parentheses is not an alternative of the pattern", []string{"-run", "^(TestA|FuzzA)$"}, []string{"TestA", "FuzzA"}},
+		{"-skip leaves out the top-level tests it matches", []string{"-skip", "^TestA"}, []string{"TestB", "FuzzA", "ExampleA"}},
+		{"-skip with a second level skips subtests, not the test", []string{"-skip", "TestA/x"}, []string{"TestA", "TestAB", "TestB", "FuzzA", "ExampleA"}},
+		{"-fuzz: fuzz targets are not expected to run their seed corpus", []string{"-fuzz", "FuzzA", "."}, []string{"TestA", "TestAB", "TestB", "ExampleA"}},
+		{"-run '^$' with -bench expects nothing", []string{"-run", "^$", "-bench", "."}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, f := GoTestArgs(tt.args)
+			var got []string
+			for _, n := range names {
+				if f.Expects(n) {
+					got = append(got, n)
+				}
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("expected (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestGoTestListTakesTheRunsArgumentsWithoutTheSelection(t *testing.T) {
+	list, f := GoTestArgs([]string{"-count=1", "-tags", "e2e", "-run", "TestA", "-timeout", "25m", "--skip=TestB", "./...", "-args", "-run", "x"})
+	want := []string{"-count=1", "-tags", "e2e", "-timeout", "25m", "./...", "-args", "-run", "x"}
+	if d := cmp.Diff(want, list); d != "" {
+		t.Errorf("go test -list arguments (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(Filter{Run: "TestA", Skip: "TestB"}, f); d != "" {
+		t.Errorf("filter (-want +got):\n%s", d)
+	}
+}
+
+// go test -list is taken with the run's own tags, so it cannot see a test
+// file that no run compiles (a mistyped //go:build line): every _test.go
+// file must build without tags or with the -tags of a make target, and
+// every such -tags must bring in some test file (a mistyped -tags).
+func TestEveryTestFileBuildsUnderTheTagsOfARun(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagSets := map[string]int{"": 0} // -tags value: test files it brings in
+	for _, m := range regexp.MustCompile(`-tags[= ]([\w.,]+)`).FindAllStringSubmatch(string(mk), -1) {
+		tagSets[m[1]] = 0
+	}
+	matches := func(path, tags string) bool {
+		ctx := build.Default
+		ctx.CgoEnabled = false // the Makefile's CGO_ENABLED=0
+		ctx.BuildTags = strings.FieldsFunc(tags, func(r rune) bool { return r == ',' })
+		ok, err := ctx.MatchFile(filepath.Dir(path), filepath.Base(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	root, files := "../..", 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "bin" || d.Name() == "dist"):
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(path, "_test.go"):
+			return nil
+		}
+		files++
+		built := false
+		for tags := range tagSets {
+			if matches(path, tags) {
+				built = true
+				if tags != "" && !matches(path, "") {
+					tagSets[tags]++
+				}
+			}
+		}
+		if !built {
+			t.Errorf("%s builds under none of the tag sets the Makefile passes (none, -tags %s): its tests never compile; check its //go:build line", path, strings.Join(slices.Sorted(maps.Keys(tagSets))[1:], ", -tags "))
+		}
+		return nil
+	})
+	if err != nil || files == 0 {
+		t.Fatalf("walking %s: %v, %d test files", root, err, files)
+	}
+	for tags, n := range tagSets {
+		if tags != "" && n == 0 {
+			t.Errorf("the Makefile passes -tags %s, which brings in no test file: mistyped?", tags)
+		}
 	}
 }

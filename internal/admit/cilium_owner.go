@@ -179,9 +179,9 @@ func ownedBy(obj, owner *unstructured.Unstructured) bool {
 }
 
 // lookupError turns a failed lookup into a field error. Not found is the
-// answer to an invented owner; anything else (a timeout, an API error)
-// fails closed, because an unverified owner is exactly what this rule is
-// for, and says that retrying may help.
+// answer to an invented owner, a verdict; anything else (a timeout, an API
+// error) is no answer, an internal error the webhook turns into a
+// retryable refusal (an unverified owner is exactly what this rule is for).
 func lookupError(path *field.Path, k OwnerKind, ns, name string, err error) *field.Error {
 	if apierrors.IsNotFound(err) {
 		e := field.NotFound(path, name)
@@ -193,7 +193,7 @@ func lookupError(path *field.Path, k OwnerKind, ns, name string, err error) *fie
 		what = fmt.Sprintf("%s %q in namespace %q", k.GVK.Kind, name, ns)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return field.InternalError(path, fmt.Errorf("looking up the %s timed out, so the owner could not be verified and the write is refused; retry: %w", what, err))
+		return field.InternalError(path, fmt.Errorf("looking up the %s timed out (%w), so the owner could not be verified", what, err))
 	}
-	return field.InternalError(path, fmt.Errorf("looking up the %s failed, so the owner could not be verified and the write is refused; retry: %w", what, err))
+	return field.InternalError(path, fmt.Errorf("looking up the %s failed (%w), so the owner could not be verified", what, err))
 }

@@ -172,13 +172,13 @@ func TestValidateCiliumOwner(t *testing.T) {
 		owners: &tst.FakeOwners{GetErr: timeout},
 		obj:    tst.MakeCNP(claim).Obj(),
 		wantErrs: field.ErrorList{field.InternalError(ref0.Child("name"), errors.New(
-			"looking up the SandboxClaim \"a\" in namespace \"sandboxes\" timed out, so the owner could not be verified and the write is refused; retry: get: context deadline exceeded"))},
+			"looking up the SandboxClaim \"a\" in namespace \"sandboxes\" timed out (get: context deadline exceeded), so the owner could not be verified"))},
 	}, {
 		name:   "a lookup the API server fails fails closed",
 		owners: &tst.FakeOwners{GetErr: boom},
 		obj:    tst.MakeCNP(claim).Obj(),
 		wantErrs: field.ErrorList{field.InternalError(ref0.Child("name"), errors.New(
-			"looking up the SandboxClaim \"a\" in namespace \"sandboxes\" failed, so the owner could not be verified and the write is refused; retry: etcd is down"))},
+			"looking up the SandboxClaim \"a\" in namespace \"sandboxes\" failed (etcd is down), so the owner could not be verified"))},
 	}, {
 		name:         "another claim carrying the same pod label is admitted with a warning when uniqueness is off",
 		owners:       tst.NewFakeOwners(claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()),
@@ -231,7 +231,7 @@ func TestValidateCiliumOwner(t *testing.T) {
 		owners: &tst.FakeOwners{Objects: []*unstructured.Unstructured{claim}, ListErr: timeout},
 		obj:    tst.MakeCNP(claim).Obj(),
 		wantErrs: field.ErrorList{field.InternalError(selector, errors.New(
-			"looking up the SandboxClaim in namespace \"sandboxes\" timed out, so the owner could not be verified and the write is refused; retry: get: context deadline exceeded"))},
+			"looking up the SandboxClaim in namespace \"sandboxes\" timed out (get: context deadline exceeded), so the owner could not be verified"))},
 	}, {
 		name:   "a failed list only skips the warning when uniqueness is off",
 		owners: &tst.FakeOwners{Objects: []*unstructured.Unstructured{claim}, ListErr: timeout},

@@ -58,8 +58,8 @@ func (m Mode) ValidationActions() []admissionregistrationv1.ValidationAction {
 // FailurePolicy is the failurePolicy of every policy and of the webhook
 // configuration in this mode, given what the policy uses in Deny (the
 // repair policy is Ignore even then). An observing mode must never refuse
-// a write: with Fail, a configuration error (a missing FenceConfig, a
-// paramKind the API server cannot map yet, the webhook unreachable) would
+// a write: with Fail, an error (the webhook unreachable, a policy that
+// cannot be evaluated) would
 // refuse it whatever the bindings' validationActions say, because the API
 // server applies validationActions to verdicts, not to errors.
 func (m Mode) FailurePolicy(inDeny admissionregistrationv1.FailurePolicyType) admissionregistrationv1.FailurePolicyType {

@@ -195,9 +195,9 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 	return report, nil
 }
 
-// startHarness loads the installed policies with every binding switched to
-// Deny, so an audit reports what the fence would refuse whatever mode it
-// runs in, with the FenceConfigs the bindings name and the live namespaces.
+// startHarness loads the installed policies, as the controller rendered
+// them, with every binding switched to Deny, so an audit reports what the
+// fence would refuse whatever mode it runs in, with the live namespaces.
 func startHarness(ctx context.Context, in *installed) (*vapeval.Harness, error) {
 	byName := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
 	for i := range in.policies {
@@ -215,11 +215,6 @@ func startHarness(ctx context.Context, in *installed) (*vapeval.Harness, error) 
 		p.ObjectMeta = metav1.ObjectMeta{Name: p.Name, Labels: p.Labels}
 		b.ObjectMeta = metav1.ObjectMeta{Name: b.Name, Labels: b.Labels}
 		env.Policies = append(env.Policies, &vapeval.PolicyDir{Policy: p, Binding: b})
-	}
-	for _, u := range in.configs {
-		u = u.DeepCopy()
-		u.SetResourceVersion("")
-		env.Params = append(env.Params, u)
 	}
 	for i := range in.namespaces {
 		ns := in.namespaces[i].DeepCopy()
@@ -242,7 +237,7 @@ func namespaceMissing(nss map[string]*corev1.Namespace, obj *unstructured.Unstru
 		return nil
 	}
 	return &Finding{Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName(), Check: CheckNamespaceMissing, By: "Namespace",
-		Message: fmt.Sprintf("namespace %q does not exist, but this %s is still stored in it: a deletion of the namespace finished without removing it; create the namespace again and delete it to remove what it holds", obj.GetNamespace(), obj.GetKind())}
+		Message: fmt.Sprintf("namespace %q does not exist, but this %s is still stored in it: a deletion of the namespace finished without removing it (Kubernetes' namespace controller can, when it meets a starting kube-apiserver); delete it, which the fence does not refuse", obj.GetNamespace(), obj.GetKind())}
 }
 
 func auditSandbox(ctx context.Context, h *vapeval.Harness, sbx *unstructured.Unstructured) ([]Finding, error) {
@@ -367,7 +362,7 @@ func namespaceFindings(in *installed, nss map[string]*corev1.Namespace, holdingP
 						Message: fmt.Sprintf("FenceConfig %q binds host %s to namespace %s, which does not exist; create it with the label %s=%s", in.config.Name, h.Username, n, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
 				case !optedIn(ns):
 					out = append(out, Finding{Kind: "Namespace", Name: n, Check: CheckNamespaceNotOptedIn, By: "FenceConfig",
-						Message: fmt.Sprintf("host %s drives sandboxes in %s, but the namespace lacks %s=%s, so its CiliumNetworkPolicy writes there are not fenced (contract §8.3)", h.Username, n, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
+						Message: fmt.Sprintf("host %s drives sandboxes in %s, but the namespace lacks %s=%s, so the fence refuses its CiliumNetworkPolicy writes there until the namespace is labelled (contract §4.3 rule 8)", h.Username, n, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
 				}
 				seen[n] = true
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -17,12 +18,15 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
@@ -125,16 +129,34 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 	for i := range in.allBindings {
 		bindings[in.allBindings[i].Name] = &in.allBindings[i]
 	}
+	// What every policy that reads configuration must carry: the
+	// FenceConfig as the controller renders it (internal/policyconfig).
+	want := policyconfig.FromFenceConfig(o.ConfigName, in.config)
+	checkPolicy := func(name string, p *admissionregistrationv1.ValidatingAdmissionPolicy, unboundNote string) {
+		var got string
+		var reads bool
+		if p != nil {
+			got, reads = policyconfig.PolicyExpression(p)
+		}
+		switch {
+		case p == nil:
+			add("ValidatingAdmissionPolicy "+name, false, "not installed (or not labelled %s)%s", BundleLabel, unboundNote)
+		case typeWarnings(p) != "":
+			add("ValidatingAdmissionPolicy "+name, false, "type-checking warnings: %s", typeWarnings(p))
+		case reads && got != want.Expression():
+			add("ValidatingAdmissionPolicy "+name, false, "does not carry FenceConfig %q as it is now (%s there, %s in the policy): "+
+				"the controller in the webhook Deployment renders it; check its pods and kubectl get fenceconfig", o.ConfigName,
+				describe(want), describeExpression(got))
+		case reads:
+			add("ValidatingAdmissionPolicy "+name, true, "installed, type-checks, carries FenceConfig %q (%s)", o.ConfigName, describe(want))
+		default:
+			add("ValidatingAdmissionPolicy "+name, true, "installed, type-checks")
+		}
+	}
 	for _, shipped := range ShippedPolicies {
 		name := o.PolicyPrefix + shipped
 		p := pols[name]
-		if p == nil {
-			add("ValidatingAdmissionPolicy "+name, false, "not installed (or not labelled %s)", BundleLabel)
-		} else if w := typeWarnings(p); w != "" {
-			add("ValidatingAdmissionPolicy "+name, false, "type-checking warnings: %s", w)
-		} else {
-			add("ValidatingAdmissionPolicy "+name, true, "installed, type-checks")
-		}
+		checkPolicy(name, p, "")
 		bname := name + "-binding"
 		b := bindings[bname]
 		switch {
@@ -142,8 +164,6 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 			add("ValidatingAdmissionPolicyBinding "+bname, false, "not installed: hosts look it up by this name before writing (contract §4.1)")
 		case b.Spec.PolicyName != name:
 			add("ValidatingAdmissionPolicyBinding "+bname, false, "binds %q instead of %s", b.Spec.PolicyName, name)
-		case p != nil && p.Spec.ParamKind != nil && (b.Spec.ParamRef == nil || b.Spec.ParamRef.Name != o.ConfigName):
-			add("ValidatingAdmissionPolicyBinding "+bname, false, "its paramRef does not name the FenceConfig %q", o.ConfigName)
 		default:
 			add("ValidatingAdmissionPolicyBinding "+bname, true, "binds %s, validationActions %v", b.Spec.PolicyName, b.Spec.ValidationActions)
 		}
@@ -151,22 +171,13 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 
 	// Strict delete: installed unbound; its binding is opt-in.
 	sdName := o.PolicyPrefix + PolicyStrictDelete
-	sd := pols[sdName]
-	if sd == nil {
-		add("ValidatingAdmissionPolicy "+sdName, false, "not installed (or not labelled %s): config/vap installs it unbound", BundleLabel)
-	} else if w := typeWarnings(sd); w != "" {
-		add("ValidatingAdmissionPolicy "+sdName, false, "type-checking warnings: %s", w)
-	} else {
-		add("ValidatingAdmissionPolicy "+sdName, true, "installed, type-checks")
-	}
+	checkPolicy(sdName, pols[sdName], ": config/vap installs it unbound")
 	sdBinding := sdName + "-binding"
 	switch b := bindings[sdBinding]; {
 	case b == nil:
 		add("ValidatingAdmissionPolicyBinding "+sdBinding, true, "not installed: strict delete is off (opt-in, docs/install.md)")
 	case b.Spec.PolicyName != sdName:
 		add("ValidatingAdmissionPolicyBinding "+sdBinding, false, "binds %q instead of %s", b.Spec.PolicyName, sdName)
-	case b.Spec.ParamRef == nil || b.Spec.ParamRef.Name != o.ConfigName:
-		add("ValidatingAdmissionPolicyBinding "+sdBinding, false, "its paramRef does not name the FenceConfig %q", o.ConfigName)
 	default:
 		add("ValidatingAdmissionPolicyBinding "+sdBinding, true, "binds %s, validationActions %v; strict delete is on where the FenceConfig sets spec.strictDelete", b.Spec.PolicyName, b.Spec.ValidationActions)
 	}
@@ -186,7 +197,9 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 	// FenceConfig.
 	switch {
 	case in.config == nil:
-		add("FenceConfig "+o.ConfigName, false, "not found: the webhook refuses CiliumNetworkPolicy writes and deletes in opted-in namespaces by every ServiceAccount outside kube-system (contract §8.3, docs/install.md)")
+		add("FenceConfig "+o.ConfigName, false, "not found: the egress policy refuses CiliumNetworkPolicy writes and deletes in opted-in namespaces by every ServiceAccount outside kube-system (contract §8.3, docs/install.md)")
+	case want.State == policyconfig.Invalid:
+		add("FenceConfig "+o.ConfigName, false, "not in force: %s", want.Reason)
 	case len(in.config.Spec.Hosts) == 0:
 		add("FenceConfig "+o.ConfigName, true, "present; spec.hosts is empty, so no host is fenced yet")
 	default:
@@ -230,9 +243,74 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 		add("Opted-in namespaces", true, "%s", strings.Join(opted, ", "))
 	}
 
+	// contract §4.8: what keeps a sandbox pod inside its policy.
+	checkPodSecurity(in, opted, add)
+	checkBaseline(ctx, c, o, add)
+
 	// Webhook: configuration, CA, endpoints.
 	checkWebhook(ctx, c, o, add)
 	return r, nil
+}
+
+// PodSecurityLevels are the Pod Security Standards that keep a pod off the
+// host's network, PID and IPC namespaces (contract §4.8 item 4).
+var PodSecurityLevels = []string{"baseline", "restricted"}
+
+// podSecurityEnforce is the label that sets a namespace's enforced level.
+const podSecurityEnforce = "pod-security.kubernetes.io/enforce"
+
+// checkPodSecurity fails on an opted-in namespace that does not enforce
+// Pod Security baseline or restricted: a sandbox pod with hostNetwork is no
+// Cilium endpoint, so no policy confines it.
+func checkPodSecurity(in *installed, opted []string, add func(string, bool, string, ...any)) {
+	var lax []string
+	for i := range in.namespaces {
+		ns := &in.namespaces[i]
+		if slices.Contains(opted, ns.Name) && !slices.Contains(PodSecurityLevels, ns.Labels[podSecurityEnforce]) {
+			level := ns.Labels[podSecurityEnforce]
+			if level == "" {
+				level = "none"
+			}
+			lax = append(lax, ns.Name+" ("+level+")")
+		}
+	}
+	sort.Strings(lax)
+	if len(lax) > 0 {
+		add("Pod Security", false, "opted-in namespaces without %s=baseline or restricted, where a sandbox pod may use the host's network and escape every policy: %s",
+			podSecurityEnforce, strings.Join(lax, ", "))
+		return
+	}
+	add("Pod Security", true, "every opted-in namespace enforces baseline or restricted")
+}
+
+// BaselineName is the baseline policy config/components/cilium-baseline
+// installs (contract §4.8).
+const BaselineName = "sandbox-fence-baseline"
+
+var ccnpGVR = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumclusterwidenetworkpolicies"}
+
+// checkBaseline fails when the baseline policy is missing, or does not
+// select the opted-in namespaces: then a pod no per-sandbox policy selects
+// (its policy deleted, its label missing or wrong) reaches everything.
+func checkBaseline(ctx context.Context, c Clients, o CheckOptions, add func(string, bool, string, ...any)) {
+	name := o.PolicyPrefix + BaselineName
+	what := "CiliumClusterwideNetworkPolicy " + name
+	u, err := c.Dynamic.Resource(ccnpGVR).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		add(what, false, "not installed: a sandbox pod no per-sandbox policy selects reaches everything; apply config/components/cilium-baseline (docs/install.md, The baseline)")
+		return
+	case err != nil:
+		add(what, false, "cannot read: %v", err)
+		return
+	}
+	selector, _, _ := unstructured.NestedStringMap(u.Object, "spec", "endpointSelector", "matchLabels")
+	key := "k8s:io.cilium.k8s.namespace.labels." + fencev1alpha1.FencedNamespaceLabel
+	if selector[key] != fencev1alpha1.FencedNamespaceValue {
+		add(what, false, "does not select the opted-in namespaces (endpointSelector.matchLabels %s: %q)", key, fencev1alpha1.FencedNamespaceValue)
+		return
+	}
+	add(what, true, "selects every pod of the opted-in namespaces")
 }
 
 func established(crd *unstructured.Unstructured) bool {
@@ -425,3 +503,30 @@ func (r *CheckReport) String() string {
 	}
 	return b.String()
 }
+
+// describe names what a rendered configuration says, for a finding.
+func describe(c policyconfig.Config) string {
+	switch c.State {
+	case policyconfig.Rendered, policyconfig.Invalid:
+		return fmt.Sprintf("%s, generation %d", c.State, c.Generation)
+	}
+	return string(c.State)
+}
+
+// describeExpression is describe for a policy's rendered expression: its
+// state and generation, read from the literal without evaluating it.
+func describeExpression(expr string) string {
+	state, generation := "unknown", ""
+	if m := renderedState.FindStringSubmatch(expr); m != nil {
+		state = m[1]
+	}
+	if m := renderedGeneration.FindStringSubmatch(expr); m != nil {
+		generation = ", generation " + m[1]
+	}
+	return state + generation
+}
+
+var (
+	renderedState      = regexp.MustCompile(`"state": dyn\("([a-z]+)"\)`)
+	renderedGeneration = regexp.MustCompile(`"generation": dyn\(([0-9]+)\)`)
+)

@@ -11,12 +11,15 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
@@ -78,14 +81,11 @@ func TestCheckComparesTheWebhooksModeWithTheBindings(t *testing.T) {
 func TestCheckStrictDelete(t *testing.T) {
 	labels := map[string]string{"app.kubernetes.io/name": "sandbox-fence"}
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyStrictDelete, Labels: labels}}
-	binding := func(param string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-		b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: PolicyStrictDelete + "-binding", Labels: labels},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: PolicyStrictDelete, ValidationActions: []admissionregistrationv1.ValidationAction{"Deny"}}}
-		if param != "" {
-			b.Spec.ParamRef = &admissionregistrationv1.ParamRef{Name: param}
-		}
-		return b
-	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: PolicyStrictDelete + "-binding", Labels: labels},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: PolicyStrictDelete, ValidationActions: []admissionregistrationv1.ValidationAction{"Deny"}}}
+	// As shipped: the controller has not rendered the (missing) FenceConfig.
+	unrendered := policy.DeepCopy()
+	unrendered.Spec.Variables = []admissionregistrationv1.Variable{{Name: policyconfig.Variable, Expression: policyconfig.ShippedExpression}}
 	cases := []struct {
 		name string
 		objs []runtime.Object
@@ -99,17 +99,18 @@ func TestCheckStrictDelete(t *testing.T) {
 		},
 	}, {
 		name: "bound",
-		objs: []runtime.Object{policy, binding("sandbox-fence")},
+		objs: []runtime.Object{policy, binding},
 		want: []CheckResult{
 			{Name: "ValidatingAdmissionPolicy " + PolicyStrictDelete, OK: true, Detail: "installed, type-checks"},
 			{Name: "ValidatingAdmissionPolicyBinding " + PolicyStrictDelete + "-binding", OK: true, Detail: "binds " + PolicyStrictDelete + ", validationActions [Deny]; strict delete is on where the FenceConfig sets spec.strictDelete"},
 		},
 	}, {
-		name: "bound to another FenceConfig",
-		objs: []runtime.Object{policy, binding("other")},
+		name: "not rendered",
+		objs: []runtime.Object{unrendered},
 		want: []CheckResult{
-			{Name: "ValidatingAdmissionPolicy " + PolicyStrictDelete, OK: true, Detail: "installed, type-checks"},
-			{Name: "ValidatingAdmissionPolicyBinding " + PolicyStrictDelete + "-binding", Detail: `its paramRef does not name the FenceConfig "sandbox-fence"`},
+			{Name: "ValidatingAdmissionPolicy " + PolicyStrictDelete, Detail: `does not carry FenceConfig "sandbox-fence" as it is now (missing there, ` +
+				`unrendered in the policy): the controller in the webhook Deployment renders it; check its pods and kubectl get fenceconfig`},
+			{Name: "ValidatingAdmissionPolicyBinding " + PolicyStrictDelete + "-binding", OK: true, Detail: "not installed: strict delete is off (opt-in, docs/install.md)"},
 		},
 	}, {
 		name: "not installed",
@@ -238,4 +239,79 @@ func selfSigned(t *testing.T, notAfter time.Time) testCert {
 	t.Helper()
 	notAfter = notAfter.Truncate(time.Second)
 	return testCert{pem: tst.SelfSignedCAPEM(t, "test", notAfter), notAfter: notAfter}
+}
+
+// contract §4.8: an opted-in namespace that lets a pod onto the host's
+// network, or a cluster without the baseline policy, leaves sandbox pods
+// outside every policy; check names each.
+func TestCheckConfinement(t *testing.T) {
+	ns := func(name, level string) *corev1.Namespace {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fence.sandbox.namzu.ai/enabled": "true"}}}
+		if level != "" {
+			n.Labels[podSecurityEnforce] = level
+		}
+		return n
+	}
+	baseline := func(selects bool) runtime.Object {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "cilium.io/v2", "kind": "CiliumClusterwideNetworkPolicy",
+			"metadata": map[string]any{"name": BaselineName}, "spec": map[string]any{"endpointSelector": map[string]any{"matchLabels": map[string]any{}}}}}
+		if selects {
+			u.Object["spec"].(map[string]any)["endpointSelector"].(map[string]any)["matchLabels"] = map[string]any{
+				"k8s:io.cilium.k8s.namespace.labels.fence.sandbox.namzu.ai/enabled": "true"}
+		}
+		return u
+	}
+	cases := []struct {
+		name string
+		nss  []runtime.Object
+		ccnp []runtime.Object
+		want []CheckResult
+	}{{
+		name: "baseline and restricted Pod Security, and the baseline policy",
+		nss:  []runtime.Object{ns("a", "baseline"), ns("b", "restricted")},
+		ccnp: []runtime.Object{baseline(true)},
+		want: []CheckResult{{Name: "Pod Security", OK: true, Detail: "every opted-in namespace enforces baseline or restricted"},
+			{Name: "CiliumClusterwideNetworkPolicy sandbox-fence-baseline", OK: true, Detail: "selects every pod of the opted-in namespaces"}},
+	}, {
+		name: "a namespace without Pod Security enforcement and one that is privileged",
+		nss:  []runtime.Object{ns("a", ""), ns("b", "privileged"), ns("c", "baseline")},
+		ccnp: []runtime.Object{baseline(true)},
+		want: []CheckResult{{Name: "Pod Security", Detail: "opted-in namespaces without pod-security.kubernetes.io/enforce=baseline or restricted, " +
+			"where a sandbox pod may use the host's network and escape every policy: a (none), b (privileged)"},
+			{Name: "CiliumClusterwideNetworkPolicy sandbox-fence-baseline", OK: true, Detail: "selects every pod of the opted-in namespaces"}},
+	}, {
+		name: "no baseline policy",
+		nss:  []runtime.Object{ns("a", "baseline")},
+		want: []CheckResult{{Name: "Pod Security", OK: true, Detail: "every opted-in namespace enforces baseline or restricted"},
+			{Name: "CiliumClusterwideNetworkPolicy sandbox-fence-baseline", Detail: "not installed: a sandbox pod no per-sandbox policy selects reaches everything; " +
+				"apply config/components/cilium-baseline (docs/install.md, The baseline)"}},
+	}, {
+		name: "a baseline policy that selects something else",
+		nss:  []runtime.Object{ns("a", "baseline")},
+		ccnp: []runtime.Object{baseline(false)},
+		want: []CheckResult{{Name: "Pod Security", OK: true, Detail: "every opted-in namespace enforces baseline or restricted"},
+			{Name: "CiliumClusterwideNetworkPolicy sandbox-fence-baseline", Detail: `does not select the opted-in namespaces ` +
+				`(endpointSelector.matchLabels k8s:io.cilium.k8s.namespace.labels.fence.sandbox.namzu.ai/enabled: "true")`}},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := fake.NewClientset(tc.nss...)
+			dc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{ccnpGVR: "CiliumClusterwideNetworkPolicyList"}, tc.ccnp...)
+			r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dc}, CheckOptions{
+				Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []CheckResult
+			for _, c := range r.Checks {
+				if c.Name == "Pod Security" || strings.HasPrefix(c.Name, "CiliumClusterwideNetworkPolicy") {
+					got = append(got, c)
+				}
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
 }

@@ -69,7 +69,7 @@ type installed struct {
 	// binding in the cluster (a binding may outlive its policy).
 	bindings    []admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	allBindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	// configs are the FenceConfigs the bindings name, by name.
+	// configs are the FenceConfigs read, by name.
 	configs map[string]*unstructured.Unstructured
 	// config is the one named by Options.ConfigName, nil when absent.
 	config     *fencev1alpha1.FenceConfig
@@ -98,13 +98,7 @@ func readInstalled(ctx context.Context, c Clients, o Options) (*installed, error
 			in.bindings = append(in.bindings, b)
 		}
 	}
-	want := map[string]bool{o.ConfigName: true}
-	for _, b := range in.bindings {
-		if b.Spec.ParamRef != nil && b.Spec.ParamRef.Name != "" {
-			want[b.Spec.ParamRef.Name] = true
-		}
-	}
-	for name := range want {
+	for _, name := range []string{o.ConfigName} {
 		u, err := c.Dynamic.Resource(fenceConfigGVR).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue

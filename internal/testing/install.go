@@ -27,7 +27,8 @@ type Install struct {
 // webhook configuration calls, the strings that embed the namespace (the
 // webhook's ServiceAccount in its matchConditions, the egress policy and the
 // FenceConfig schema; its namespaceSelector exclusion; the Certificate's
-// dnsNames and cainjector's inject-ca-from), the RBAC subjects, the names
+// dnsNames and cainjector's inject-ca-from), the RBAC subjects and the
+// FlowSchema's ServiceAccount subject, the names
 // the binary is given for its caBundle and Secret, and the image. Any other
 // mention of the default namespace is reported too, so a reference added
 // later without following fails here. Empty when everything followed.
@@ -78,12 +79,39 @@ func InstallReferences(objs []*unstructured.Unstructured, in Install) []string {
 			}
 		}
 	}
+	// The FlowSchema that keeps the webhook's requests out of its hosts'
+	// priority level: a subject left in another namespace matches nobody,
+	// and the requests fall back to the hosts' level (docs/webhook.md).
+	if fs := get("FlowSchema", "sandbox-fence-webhook"); fs != nil {
+		matched := false
+		rules, _, _ := unstructured.NestedSlice(fs.Object, "spec", "rules")
+		for _, r := range rules {
+			rm, _ := r.(map[string]any)
+			subjects, _, _ := unstructured.NestedSlice(rm, "subjects")
+			for _, s := range subjects {
+				sm, _ := s.(map[string]any)
+				if sm["kind"] != "ServiceAccount" {
+					continue
+				}
+				name, _, _ := unstructured.NestedString(sm, "serviceAccount", "name")
+				sns, _, _ := unstructured.NestedString(sm, "serviceAccount", "namespace")
+				if name != "sandbox-fence-webhook" || sns != ns {
+					fail("FlowSchema sandbox-fence-webhook: subject ServiceAccount %s/%s, want %s/sandbox-fence-webhook", sns, name, ns)
+					continue
+				}
+				matched = true
+			}
+		}
+		if !matched {
+			fail("FlowSchema sandbox-fence-webhook: no subject ServiceAccount %s/sandbox-fence-webhook", ns)
+		}
+	}
 	if svc := get("Service", "sandbox-fence-webhook"); svc != nil && svc.GetNamespace() != ns {
 		fail("Service sandbox-fence-webhook in %q", svc.GetNamespace())
 	}
 
-	// The webhook configuration: where it calls, whom it never sees, which
-	// namespace it never judges, and (cert-manager) where its CA comes from.
+	// The webhook configuration: where it calls, and (cert-manager) where
+	// its CA comes from.
 	if vwc := get("ValidatingWebhookConfiguration", "sandbox-fence-webhook"); vwc != nil {
 		hooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
 		if len(hooks) == 0 {
@@ -96,34 +124,6 @@ func InstallReferences(objs []*unstructured.Unstructured, in Install) []string {
 			svcName, _, _ := unstructured.NestedString(hm, "clientConfig", "service", "name")
 			if svcNS != ns || svcName != "sandbox-fence-webhook" {
 				fail("webhook %v: calls Service %s/%s, want %s/sandbox-fence-webhook", name, svcNS, svcName, ns)
-			}
-			conds, _, _ := unstructured.NestedSlice(hm, "matchConditions")
-			want := "request.userInfo.username != '" + sa + "'"
-			found := false
-			for _, c := range conds {
-				cm, _ := c.(map[string]any)
-				if cm["name"] == "not-the-webhook-itself" {
-					found = true
-					if cm["expression"] != want {
-						fail("webhook %v: matchCondition not-the-webhook-itself is %q, want %q", name, cm["expression"], want)
-					}
-				}
-			}
-			if !found {
-				fail("webhook %v: no matchCondition not-the-webhook-itself", name)
-			}
-			exprs, _, _ := unstructured.NestedSlice(hm, "namespaceSelector", "matchExpressions")
-			excluded := false
-			for _, e := range exprs {
-				em, _ := e.(map[string]any)
-				if em["key"] != "kubernetes.io/metadata.name" || em["operator"] != "NotIn" {
-					continue
-				}
-				vals, _ := em["values"].([]any)
-				excluded = excluded || slices.Contains(vals, any(ns))
-			}
-			if !excluded {
-				fail("webhook %v: namespaceSelector does not exclude %s (kubernetes.io/metadata.name NotIn)", name, ns)
 			}
 		}
 		inject := vwc.GetAnnotations()["cert-manager.io/inject-ca-from"]
@@ -203,21 +203,8 @@ func InstallReferences(objs []*unstructured.Unstructured, in Install) []string {
 		}
 	}
 
-	// The egress policy and the FenceConfig schema name the webhook's
-	// ServiceAccount (contract §8.7).
-	if p := get("ValidatingAdmissionPolicy", "sandbox-fence-cilium-egress"); p != nil {
-		vars, _, _ := unstructured.NestedSlice(p.Object, "spec", "variables")
-		got := ""
-		for _, v := range vars {
-			vm, _ := v.(map[string]any)
-			if vm["name"] == "webhookUser" {
-				got, _ = vm["expression"].(string)
-			}
-		}
-		if got != "'"+sa+"'" {
-			fail("ValidatingAdmissionPolicy sandbox-fence-cilium-egress: variables.webhookUser is %q, want %q", got, "'"+sa+"'")
-		}
-	}
+	// The FenceConfig schema names the webhook's ServiceAccount (contract
+	// §8.7).
 	if crd := get("CustomResourceDefinition", "fenceconfigs.fence.sandbox.namzu.ai"); crd != nil {
 		b, _ := yaml.Marshal(crd.Object)
 		if !strings.Contains(string(b), "self != '"+sa+"'") {

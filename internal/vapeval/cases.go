@@ -76,11 +76,14 @@ type CaseInput struct {
 	Collection bool `json:"collection,omitempty"`
 }
 
-// CaseParams selects the FenceConfig: the shared default (policies/testdata/
-// fenceconfig.yaml), none at all, or this spec.
+// CaseParams selects the configuration rendered into the policies
+// (internal/policyconfig): the shared default FenceConfig (policies/testdata/
+// fenceconfig.yaml), this spec, a FenceConfig that does not exist, or the
+// shipped placeholder that no controller has rendered yet.
 type CaseParams struct {
-	Absent bool           `json:"absent,omitempty"`
-	Spec   map[string]any `json:"spec,omitempty"`
+	Absent     bool           `json:"absent,omitempty"`
+	Unrendered bool           `json:"unrendered,omitempty"`
+	Spec       map[string]any `json:"spec,omitempty"`
 	// Preexisting marks a spec the FenceConfig schema refuses today but a
 	// cluster may still hold: one stored before the schema learnt the rule,
 	// which CRD validation ratcheting keeps while nobody changes it. A test
@@ -167,8 +170,8 @@ func (c *Case) check() error {
 	if c.Request.OldObjectPatch != nil && c.Request.OldObjectFrom == "" {
 		errs = append(errs, errors.New("request: oldObjectPatch changes the base oldObjectFrom names; name one"))
 	}
-	if c.Params.Absent && c.Params.Spec != nil {
-		errs = append(errs, errors.New("params: absent and spec are exclusive"))
+	if n := btoi(c.Params.Absent) + btoi(c.Params.Unrendered) + btoi(c.Params.Spec != nil); n > 1 {
+		errs = append(errs, errors.New("params: absent, unrendered and spec are exclusive"))
 	}
 	if c.Params.Preexisting && c.Params.Spec == nil {
 		errs = append(errs, errors.New("params: preexisting describes a spec"))
@@ -449,4 +452,11 @@ func (c *Case) Problems(v Verdict) []string {
 		out = append(out, fmt.Sprintf("a policy denial must be 422 Invalid (contract §8.1), got %d %s", v.Code, v.Reason))
 	}
 	return out
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

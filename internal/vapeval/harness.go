@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,8 +27,7 @@ import (
 	"k8s.io/component-base/featuregate"
 )
 
-// Resource is a kind the REST mapper must know: the request kinds and the
-// param kind (FenceConfig).
+// Resource is a kind the REST mapper must know: the request kinds.
 type Resource struct {
 	GVK        schema.GroupVersionKind
 	Resource   string
@@ -41,15 +39,10 @@ func (r Resource) GVR() schema.GroupVersionResource {
 	return r.GVK.GroupVersion().WithResource(r.Resource)
 }
 
-// Env is what the plugin sees: policies with their bindings, param objects,
-// namespaces, and the resources to map.
+// Env is what the plugin sees: policies with their bindings (configuration
+// rendered, see Rendered), namespaces, and the resources to map.
 type Env struct {
-	Policies []*PolicyDir
-	Params   []*unstructured.Unstructured
-	// ParamCRDs default the params of their group and kind, as the API
-	// server serves them (DefaultObject); a param of another kind is used
-	// as given.
-	ParamCRDs  []*apiextensionsv1.CustomResourceDefinition
+	Policies   []*PolicyDir
 	Namespaces []*corev1.Namespace
 	Resources  []Resource
 }
@@ -79,7 +72,13 @@ func Start(ctx context.Context, env Env) (*Harness, error) {
 		objs = append(objs, b)
 	}
 	for _, ns := range env.Namespaces {
-		objs = append(objs, ns.DeepCopy())
+		ns = ns.DeepCopy()
+		// As the API server does on every write of a namespace.
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[corev1.LabelMetadataName] = ns.Name
+		objs = append(objs, ns)
 	}
 	client := fake.NewClientset(objs...)
 
@@ -93,19 +92,7 @@ func Start(ctx context.Context, env Env) (*Harness, error) {
 		mapper.AddSpecific(r.GVK, r.GVR(), r.GVK.GroupVersion().WithResource(r.Resource), scope)
 		listKinds[r.GVR()] = r.GVK.Kind + "List"
 	}
-	var params []runtime.Object
-	for _, p := range env.Params {
-		p = p.DeepCopy()
-		for _, crd := range env.ParamCRDs {
-			if crd.Spec.Group == p.GroupVersionKind().Group && crd.Spec.Names.Kind == p.GetKind() {
-				if err := DefaultObject(crd, p.Object); err != nil {
-					return nil, fmt.Errorf("defaulting param %s: %w", p.GetName(), err)
-				}
-			}
-		}
-		params = append(params, p)
-	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, params...)
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds)
 
 	factory := informers.NewSharedInformerFactory(client, 0)
 	stop := make(chan struct{})
@@ -121,9 +108,7 @@ func Start(ctx context.Context, env Env) (*Harness, error) {
 	}
 	factory.Start(stop)
 	h := &Harness{plugin: plugin, stop: stop, mapper: mapper}
-	// Ready means the policy, binding and namespace informers synced; the
-	// param informers start once the policies compiled, so wait until every
-	// binding's paramRef resolves too (HasSynced below).
+	// Ready means the policy, binding and namespace informers synced.
 	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return plugin.WaitForReady(), nil
 	})

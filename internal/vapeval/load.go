@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/yamldocs"
 )
 
@@ -78,4 +79,33 @@ func LoadObjects(path string) ([]*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return out, nil
+}
+
+// Rendered is bundle with c rendered into every policy that reads
+// configuration (internal/policyconfig), as the controller leaves the
+// policies on a cluster; bundle itself is not changed.
+func Rendered(bundle []*PolicyDir, c policyconfig.Config) []*PolicyDir {
+	out := make([]*PolicyDir, len(bundle))
+	for i, p := range bundle {
+		cp := *p
+		cp.Policy = policyconfig.Render(p.Policy, c)
+		out[i] = &cp
+	}
+	return out
+}
+
+// FailClosed is bundle with every policy's failurePolicy Fail, so that an
+// expression error is a refusal a case sees, never the silent admission the
+// shipped Ignore would make of it (an error is a defect there: the
+// policies' expressions are total). bundle itself is not changed.
+func FailClosed(bundle []*PolicyDir) []*PolicyDir {
+	out := make([]*PolicyDir, len(bundle))
+	fail := admissionregistrationv1.Fail
+	for i, p := range bundle {
+		cp := *p
+		cp.Policy = p.Policy.DeepCopy()
+		cp.Policy.Spec.FailurePolicy = &fail
+		out[i] = &cp
+	}
+	return out
 }

@@ -6,9 +6,10 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
-	"strings"
+	"slices"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -54,21 +55,11 @@ func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, erro
 	return cfg, nil
 }
 
-// mayBeHost mirrors the webhook configuration's matchConditions: a bound
-// host is a ServiceAccount outside kube-system (contract §8.7, which the
-// FenceConfig schema enforces), so no human user and no controller of the
-// cluster (the garbage collector, the namespace controller) is ever refused
-// by this webhook, even while the FenceConfig is missing.
-func mayBeHost(username string) bool {
-	return strings.HasPrefix(username, "system:serviceaccount:") &&
-		!strings.HasPrefix(username, "system:serviceaccount:kube-system:")
-}
-
 // CiliumHandler verifies the owner of a bound host's per-sandbox
-// CiliumNetworkPolicy (contract §4.4 items 1-3). It also holds the fail-closed
-// duty while the FenceConfig is missing (contract §8.3): the policy then fences
-// nobody, so the webhook refuses the writes and deletes of every identity
-// that may be a host.
+// CiliumNetworkPolicy (contract §4.4 items 1-3). The webhook configuration
+// routes the bound hosts' writes here, as the controller rendered them from
+// the FenceConfig; a namespace that is not one of the host's is the egress
+// policy's to judge.
 type CiliumHandler struct {
 	Config ConfigSource
 	Owners admit.OwnerLookup
@@ -86,7 +77,13 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed(admit.CiliumFamily.Message("only CREATE, UPDATE and DELETE of CiliumNetworkPolicy are checked"))
 	}
-	if !mayBeHost(req.UserInfo.Username) {
+	if req.Operation == admissionv1.Delete {
+		// A configuration from before deletes were the policy's alone may
+		// still route them here.
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
+		return admission.Allowed(admit.CiliumFamily.Message("deletes are judged by the ValidatingAdmissionPolicy"))
+	}
+	if !fencev1alpha1.VerifiableHost(req.UserInfo.Username) {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed(admit.CiliumFamily.Message("not a ServiceAccount outside kube-system, so never a bound host"))
 	}
@@ -96,27 +93,27 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
 	defer cancel()
 	cfg, err := h.Config.get(lctx)
-	if err != nil {
-		// Without the configuration the webhook cannot tell a host from any
-		// other ServiceAccount, and the policy (parameterNotFoundAction
-		// Allow, so that no controller is blocked) fences nobody: the
-		// webhook refuses rather than let a host through unchecked. Only
-		// policy writes and deletes by ServiceAccounts outside kube-system
-		// in fenced namespaces reach here.
-		log.Info("refusing: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
-		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
-		return configDenial(admit.CiliumFamily, cnpGK, req.Name, h.Config.Name, err,
-			"the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)")
-	}
-	if req.Operation == admissionv1.Delete {
-		// With the configuration read, the policy judges deletes (the name
-		// prefix and the host's namespaces, contract §4.3 rule 1).
+	switch {
+	case apierrors.IsNotFound(err):
+		// The controller routes nobody here while the FenceConfig is
+		// missing, and the egress policy refuses every ServiceAccount's
+		// writes in opted-in namespaces meanwhile (contract §8.3).
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed(admit.CiliumFamily.Message("deletes are judged by the ValidatingAdmissionPolicy"))
+		return admission.Allowed(admit.CiliumFamily.Message("no FenceConfig: the egress policy refuses the write in opted-in namespaces"))
+	case err != nil:
+		log.Info("refusing for now: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
+		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
+		return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
+			"FenceConfig %q could not be read (%v), so the write was not checked and is refused for now", h.Config.Name, err))
 	}
-	if cfg.Spec.HostFor(req.UserInfo.Username) == nil {
+	host := cfg.Spec.HostFor(req.UserInfo.Username)
+	if host == nil {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed(admit.CiliumFamily.Message("not a bound host"))
+	}
+	if !slices.Contains(host.Namespaces, req.Namespace) {
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
+		return admission.Allowed(admit.CiliumFamily.Message("not one of the host's namespaces: the egress policy judges the write"))
 	}
 	obj, err := decodeOwnerReferences(req.Object.Raw)
 	if err != nil {
@@ -131,10 +128,17 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	// on its own (an UPDATE exactly like a CREATE), so old is always nil.
 	errs, warnings := admit.ValidateCiliumOwner(lctx, &cfg.Spec, h.Owners, nil, obj)
 	warnings = withFamily(admit.CiliumFamily, warnings)
+	if transient := internalErrors(errs); len(transient) > 0 {
+		// The owner could not be read (a timeout, the API server
+		// unreachable or overloaded): no verdict, so no 422, which a host
+		// and kubectl read as final. 503 asks to retry.
+		log.Info("refusing for now: owner unread", "errors", transient.ToAggregate().Error())
+		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
+		return unavailable(admit.CiliumFamily, cnpGK, req.Name, transient.ToAggregate().Error())
+	}
 	if len(errs) > 0 {
-		verdict := verdictOf(errs)
 		log.Info("denied", "errors", errs.ToAggregate().Error())
-		h.Metrics.decision(RuleCiliumOwner, verdict, req.Namespace)
+		h.Metrics.decision(RuleCiliumOwner, VerdictDenied, req.Namespace)
 		return denial(admit.CiliumFamily, cnpGK, req.Name, errs, warnings)
 	}
 	h.Metrics.decision(RuleCiliumOwner, VerdictAllowed, req.Namespace)
@@ -151,13 +155,13 @@ func orDefault(d time.Duration) time.Duration {
 	return d
 }
 
-func verdictOf(errs field.ErrorList) string {
-	for _, e := range errs {
-		if e.Type == field.ErrorTypeInternal {
-			return VerdictError
-		}
-	}
-	return VerdictDenied
+// internalErrors are the errors of errs that are no verdict: a lookup that
+// got no answer (field.ErrorTypeInternal).
+func internalErrors(errs field.ErrorList) field.ErrorList {
+	return errs.Filter(func(err error) bool {
+		var e *field.Error
+		return !errors.As(err, &e) || e.Type != field.ErrorTypeInternal
+	})
 }
 
 // decodeObject decodes a raw admission object; an empty or non-object body
@@ -244,34 +248,25 @@ func deniedPrefix(family admit.Family) string {
 	return family.Message("denied by the sandbox-fence webhook: ")
 }
 
-// configDenial answers a request the webhook could not check because its
-// FenceConfig was unavailable. Absent is a state a cluster admin must fix: a
-// 422 that says so. Unreadable (the cache not synced yet, or stopped while
-// the process shuts down) is transient: a 500, which a host retries like any
-// webhook outage, where a 422 would read as a final verdict on its write.
-func configDenial(family admit.Family, gk schema.GroupKind, name, configName string, err error, whenMissing string) admission.Response {
-	if !apierrors.IsNotFound(err) {
-		st := metav1.Status{
-			Status:  metav1.StatusFailure,
-			Code:    http.StatusInternalServerError,
-			Reason:  metav1.StatusReasonInternalError,
-			Message: family.Message(fmt.Sprintf("FenceConfig %q could not be read (%v), so the write was not checked and is refused for now; retry", configName, err)),
-			Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name},
-		}
-		return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
-	}
-	msg := fmt.Sprintf("FenceConfig %q not found; %s", configName, whenMissing)
+// RetryAfterSeconds is what an unavailable answer asks a client to wait.
+const RetryAfterSeconds = 1
+
+// unavailable answers a request the webhook could not check: what it needed
+// to read (the FenceConfig, the owner) did not answer in time. That is no
+// verdict on the write, so it is a 503 ServiceUnavailable with
+// details.retryAfterSeconds, which apierrors.IsServiceUnavailable and
+// SuggestsClientDelay recognise and pkg/fence retries (fence.IsTransient);
+// a 422 would read as final (contract §8.1). 503 rather than 500: the
+// API server's own answer when it cannot call a webhook is a 500
+// InternalError too, but 503 also says that waiting helps, and names the
+// cause the webhook knows.
+func unavailable(family admit.Family, gk schema.GroupKind, name, why string) admission.Response {
 	st := metav1.Status{
 		Status:  metav1.StatusFailure,
-		Code:    http.StatusUnprocessableEntity,
-		Reason:  metav1.StatusReasonInvalid,
-		Message: family.Message(msg),
-		// A 422 with a kind and a name but no cause prints in kubectl as
-		// `The <kind> "<name>" is invalid` and nothing else: the cause
-		// carries the reason.
-		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name, Causes: []metav1.StatusCause{{
-			Type: metav1.CauseTypeFieldValueNotFound, Message: deniedPrefix(family) + msg,
-		}}},
+		Code:    http.StatusServiceUnavailable,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: family.Message(why + "; retry"),
+		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name, RetryAfterSeconds: RetryAfterSeconds},
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
 }

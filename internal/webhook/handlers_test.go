@@ -136,9 +136,6 @@ func TestCiliumHandler(t *testing.T) {
 	// <field>: <message>), so each carries the family and says it was a
 	// denial (contract §8.1).
 	const denied = "cilium-fence: denied by the sandbox-fence webhook: "
-	missingConfig := `cilium-fence: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)`
-	missingConfigCauses := []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound,
-		Message: `cilium-fence: denied by the sandbox-fence webhook: FenceConfig "sandbox-fence" not found; the webhook cannot tell bound hosts from other ServiceAccounts, so it refuses CiliumNetworkPolicy writes and deletes by ServiceAccounts outside kube-system in fenced namespaces until a cluster admin restores it (see docs/install.md)`}}
 
 	cases := []struct {
 		name       string
@@ -224,29 +221,23 @@ func TestCiliumHandler(t *testing.T) {
 				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
-		name:      "a live read that does not answer in time fails closed with a timeout message",
-		config:    cfg,
-		blockLive: true,
-		req:       cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
-			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`,
-			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeInternal, Field: ownerName,
-				Message: denied + `Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out, so the owner could not be verified and the write is refused; retry: context deadline exceeded`}}},
+		// No verdict on the write, so no 422, which a host reads as
+		// final: a 503 that asks for a retry (fence.IsTransient).
+		name:       "a live read that does not answer in time is refused as unavailable, to be retried",
+		config:     cfg,
+		blockLive:  true,
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable, Message: `cilium-fence: metadata.ownerReferences[0].name: Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out (context deadline exceeded), so the owner could not be verified; retry`},
 		wantMetric: webhook.VerdictError,
 	}, {
-		name:       "a missing FenceConfig refuses a ServiceAccount's policy write and says what to do",
+		// The controller routes nobody here without a FenceConfig; the
+		// egress policy refuses every ServiceAccount's policy writes in
+		// opted-in namespaces meanwhile (contract §8.3).
+		name:       "a missing FenceConfig leaves a ServiceAccount's write to the egress policy",
 		cache:      []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig, Causes: missingConfigCauses},
-		wantMetric: webhook.VerdictError,
-	}, {
-		// While the FenceConfig is missing the policy fences nobody (it
-		// cannot tell hosts apart and must not block controllers); the
-		// webhook holds the fail-closed duty for deletes too (contract §8.3).
-		name:       "a missing FenceConfig refuses a ServiceAccount's policy DELETE",
-		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
-		want:       verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: missingConfig, Causes: missingConfigCauses},
-		wantMetric: webhook.VerdictError,
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:       "a missing FenceConfig never refuses the garbage collector's update (kube-system is never a host)",
 		req:        cnpRequest(t, admissionv1.Update, "system:serviceaccount:kube-system:generic-garbage-collector", cnp, tst.MakeCNP(claim).OwnerRefs().Obj()),
@@ -308,7 +299,7 @@ func TestCiliumHandler(t *testing.T) {
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:   "the owner is looked up in the request's namespace, whatever the body says",
-		config: cfg,
+		config: tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Host(tst.HostUser, tst.Namespace, "other").Obj(),
 		cache:  []client.Object{claim},
 		req: func() admission.Request {
 			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
@@ -321,6 +312,17 @@ func TestCiliumHandler(t *testing.T) {
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
 				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "other"; create the owner before its policy`}}},
 		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:   "a bound host's write outside its namespaces is the egress policy's to judge",
+		config: cfg,
+		cache:  []client.Object{claim},
+		req: func() admission.Request {
+			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r.Namespace = "other"
+			return r
+		}(),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:     "a suspicious but valid write is admitted with a warning",
 		config:   cfg,
@@ -391,7 +393,7 @@ func decisions(reg *prometheus.Registry, rule, verdictLabel string) float64 {
 }
 
 // An unreadable configuration (not merely absent: the cache not synced, or
-// stopped during shutdown) fails closed too, but as a retryable 500: a 422
+// stopped during shutdown) fails closed too, but as a retryable 503: a 422
 // would tell the host its write is wrong when only the webhook was not ready.
 func TestCiliumHandlerConfigUnreadable(t *testing.T) {
 	h := &webhook.CiliumHandler{
@@ -400,7 +402,7 @@ func TestCiliumHandlerConfigUnreadable(t *testing.T) {
 		LookupTimeout: 100 * time.Millisecond,
 	}
 	got := verdictOf(h.Handle(context.Background(), cnpRequest(t, admissionv1.Create, tst.HostUser, nil, tst.MakeCNP(tst.MakeClaim("a").Obj()).Obj())))
-	want := verdict{Code: 500, Reason: metav1.StatusReasonInternalError, Message: `cilium-fence: FenceConfig "cfg" could not be read (cache not synced), so the write was not checked and is refused for now; retry`}
+	want := verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable, Message: `cilium-fence: FenceConfig "cfg" could not be read (cache not synced), so the write was not checked and is refused for now; retry`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("response (-want +got):\n%s", diff)
 	}

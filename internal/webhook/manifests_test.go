@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
@@ -67,18 +67,14 @@ func wantEntry(name, path string, rule admissionregistrationv1.RuleWithOperation
 		// Equivalent, so writes through every served version are seen (contract §1).
 		MatchPolicy: admissionregistrationv1.Equivalent, SideEffects: admissionregistrationv1.SideEffectClassNone,
 		TimeoutSeconds: 5, AdmissionReviewVersions: []string{"v1"},
-		NamespaceSelector: &metav1.LabelSelector{
-			MatchLabels: map[string]string{fencev1alpha1.FencedNamespaceLabel: fencev1alpha1.FencedNamespaceValue},
-			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn,
-				Values: []string{"kube-system", "kube-node-lease", "sandbox-fence-system"}}},
-		},
-		// contract §8.7: a bound host is a ServiceAccount outside kube-system;
-		// no human user and no controller of the cluster ever reaches the
-		// webhook, so a missing FenceConfig can block none of them.
+		// contract §8.8: no namespaceSelector, whose lookup would refuse
+		// a request in a namespace gone with objects still stored, for
+		// everyone and whatever the failurePolicy.
+		NamespaceSelector: &metav1.LabelSelector{},
+		// Only the bound hosts, as the controller renders them
+		// (internal/policyconfig); nobody as shipped.
 		MatchConditions: []admissionregistrationv1.MatchCondition{
-			{Name: "service-accounts-only", Expression: "request.userInfo.username.startsWith('system:serviceaccount:')"},
-			{Name: "not-kube-system", Expression: "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"},
-			{Name: "not-the-webhook-itself", Expression: "request.userInfo.username != 'system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook'"},
+			{Name: policyconfig.MatchCondition, Expression: policyconfig.ShippedMatchCondition},
 		},
 		ServiceName: "sandbox-fence-webhook", ServiceNS: "sandbox-fence-system", ServicePort: 443, CABundleLeftForInjection: true,
 	}
@@ -92,12 +88,6 @@ func rule(group, version, resource string, ops ...admissionregistrationv1.Operat
 func TestShippedWebhookConfiguration(t *testing.T) {
 	cilium := wantEntry("cilium-egress.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
 		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Create, admissionregistrationv1.Update))
-	// The policy judges deletes; this entry refuses them only while the
-	// FenceConfig is missing (contract §8.3). Ignore, so that a webhook
-	// outage never blocks the removal of an allowance while the policy runs.
-	ciliumDelete := wantEntry("cilium-egress-delete.fence.sandbox.namzu.ai", webhook.CiliumEgressPath,
-		rule("cilium.io", "v2", "ciliumnetworkpolicies", admissionregistrationv1.Delete))
-	ciliumDelete.FailurePolicy = admissionregistrationv1.Ignore
 	cases := []struct {
 		name       string
 		dir        string
@@ -105,14 +95,15 @@ func TestShippedWebhookConfiguration(t *testing.T) {
 		want       []entry
 	}{{
 		// No Sandbox or claim request ever reaches the webhook: strict
-		// delete is a ValidatingAdmissionPolicy (contract §8.4).
-		name: "the default install routes only policy writes and deletes to the webhook",
+		// delete is a ValidatingAdmissionPolicy (contract §8.4), and so is
+		// every rule on deletes (contract §4.3).
+		name: "the default install routes only policy writes to the webhook",
 		dir:  "webhook",
-		want: []entry{cilium, ciliumDelete},
+		want: []entry{cilium},
 	}, {
 		name: "the cert-manager overlay routes the same requests",
 		dir:  "webhook/overlays/cert-manager",
-		want: []entry{cilium, ciliumDelete},
+		want: []entry{cilium},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,38 +14,47 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
 
-// TestShippedMatchConditionsRouteOnlyIdentitiesThatMayBeHosts evaluates the
-// matchConditions of the shipped webhook configuration with the API
-// server's own matcher (the code its webhook dispatcher runs) for the
-// identities of contract §8.7: a ServiceAccount outside kube-system reaches
-// both entries; a human, a kube-system controller and the webhook's own
-// ServiceAccount reach neither, so no outage and no missing FenceConfig can
-// block them. Each condition is needed: dropping one lets one of them in
-// (the mutation check, make mutants, removes each).
-func TestShippedMatchConditionsRouteOnlyIdentitiesThatMayBeHosts(t *testing.T) {
-	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
-	if !tst.Find(t, tst.Render(t, configDir, "webhook"), "ValidatingWebhookConfiguration", "sandbox-fence-webhook", &vwc) {
+// TestShippedMatchConditionsRouteOnlyBoundHosts evaluates the match
+// conditions of the shipped webhook configuration, as the controller renders
+// them (internal/policyconfig), with the API server's own matcher (the code
+// its webhook dispatcher runs): a bound host reaches the webhook; another
+// ServiceAccount, a human, a kube-system controller and the webhook's own
+// ServiceAccount do not, so no webhook outage can block them (contract
+// §8.7). As shipped, and while the FenceConfig is missing, nobody does.
+func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
+	var shipped admissionregistrationv1.ValidatingWebhookConfiguration
+	if !tst.Find(t, tst.Render(t, configDir, "webhook"), "ValidatingWebhookConfiguration", "sandbox-fence-webhook", &shipped) {
 		t.Fatal("config/webhook renders no ValidatingWebhookConfiguration sandbox-fence-webhook")
 	}
-	if len(vwc.Webhooks) != 2 {
-		t.Fatalf("want the write and the delete entry, got %d entries", len(vwc.Webhooks))
+	if len(shipped.Webhooks) != 1 {
+		t.Fatalf("want the write entry only, got %d entries", len(shipped.Webhooks))
 	}
+	const host = "system:serviceaccount:sandboxes:sandbox-host"
+	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Host(host, "sandboxes").Obj()
+	rendered := policyconfig.RenderWebhooks(&shipped, policyconfig.FromFenceConfig(cfg.Name, cfg))
+	missing := policyconfig.RenderWebhooks(&shipped, policyconfig.FromFenceConfig(cfg.Name, nil))
 	compiler := celplugin.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 	users := []struct {
-		name    string
-		user    user.Info
-		reaches bool
+		name      string
+		user      user.Info
+		reaches   bool
+		namespace string // default: the host's
 	}{
-		{"a host's ServiceAccount", &user.DefaultInfo{Name: "system:serviceaccount:sandboxes:sandbox-host", Groups: []string{"system:serviceaccounts"}}, true},
-		{"a ServiceAccount of another namespace", &user.DefaultInfo{Name: "system:serviceaccount:team-a:builder"}, true},
-		{"a human user", &user.DefaultInfo{Name: "sandbox-operator", Groups: []string{"system:authenticated"}}, false},
-		{"a user named like a ServiceAccount's namespace", &user.DefaultInfo{Name: "serviceaccount:sandboxes:sandbox-host"}, false},
-		{"the garbage collector", &user.DefaultInfo{Name: "system:serviceaccount:kube-system:generic-garbage-collector"}, false},
-		{"the namespace controller", &user.DefaultInfo{Name: "system:serviceaccount:kube-system:namespace-controller"}, false},
-		{"the webhook's own ServiceAccount", &user.DefaultInfo{Name: "system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook"}, false},
+		{"the bound host", &user.DefaultInfo{Name: host, Groups: []string{"system:serviceaccounts"}}, true, ""},
+		// The webhook checks owners in the host's namespaces only (the
+		// egress policy judges the rest), so no other write of the host
+		// waits on it.
+		{"the bound host in a namespace that is not its own", &user.DefaultInfo{Name: host}, false, "team-a"},
+		{"a ServiceAccount that is no host", &user.DefaultInfo{Name: "system:serviceaccount:team-a:builder"}, false, ""},
+		{"a human user", &user.DefaultInfo{Name: "sandbox-operator", Groups: []string{"system:authenticated"}}, false, ""},
+		{"a user named like the host's ServiceAccount", &user.DefaultInfo{Name: "serviceaccount:sandboxes:sandbox-host"}, false, ""},
+		{"the garbage collector", &user.DefaultInfo{Name: "system:serviceaccount:kube-system:generic-garbage-collector"}, false, ""},
+		{"the webhook's own ServiceAccount", &user.DefaultInfo{Name: "system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook"}, false, ""},
 	}
 	gvk := schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}
 	gvr := schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
@@ -53,8 +62,12 @@ func TestShippedMatchConditionsRouteOnlyIdentitiesThatMayBeHosts(t *testing.T) {
 		"apiVersion": "cilium.io/v2", "kind": "CiliumNetworkPolicy",
 		"metadata": map[string]any{"name": "namzu-sbx-0c9a7c6e", "namespace": "sandboxes"},
 	}}
-	for i := range vwc.Webhooks {
-		w := &vwc.Webhooks[i]
+	for _, state := range []struct {
+		name string
+		vwc  *admissionregistrationv1.ValidatingWebhookConfiguration
+	}{{"as shipped", &shipped}, {"FenceConfig missing", missing}, {"rendered", rendered}} {
+		vwc := state.vwc
+		w := &vwc.Webhooks[0]
 		op := admission.Create
 		obj, old := policy, (*unstructured.Unstructured)(nil)
 		if w.Rules[0].Operations[0] == admissionregistrationv1.Delete {
@@ -62,16 +75,20 @@ func TestShippedMatchConditionsRouteOnlyIdentitiesThatMayBeHosts(t *testing.T) {
 		}
 		matcher := apiwebhook.NewValidatingWebhookAccessor("uid", vwc.Name, w).GetCompiledMatcher(compiler)
 		for _, u := range users {
-			t.Run(w.Name+"/"+u.name, func(t *testing.T) {
+			t.Run(state.name+"/"+u.name, func(t *testing.T) {
 				var o, oo *unstructured.Unstructured = obj, old
-				attrs := admission.NewAttributesRecord(nilIfEmpty(o), nilIfEmpty(oo), gvk, "sandboxes", "namzu-sbx-0c9a7c6e", gvr, "", op, nil, false, u.user)
+				ns := u.namespace
+				if ns == "" {
+					ns = "sandboxes"
+				}
+				attrs := admission.NewAttributesRecord(nilIfEmpty(o), nilIfEmpty(oo), gvk, ns, "namzu-sbx-0c9a7c6e", gvr, "", op, nil, false, u.user)
 				va := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(nilIfEmpty(o)), VersionedOldObject: admission.NewLazyObject(nilIfEmpty(oo))}
 				res := matcher.Match(context.Background(), va, nil, nil)
 				if res.Error != nil {
 					t.Fatalf("matchConditions: %v", res.Error)
 				}
-				if res.Matches != u.reaches {
-					t.Errorf("%s (%s) reaches the webhook: %v, want %v (failed condition: %v)", u.user.GetName(), u.name, res.Matches, u.reaches, res.FailedConditionName)
+				if want := u.reaches && state.vwc == rendered; res.Matches != want {
+					t.Errorf("%s (%s) reaches the webhook: %v, want %v (failed condition: %v)", u.user.GetName(), u.name, res.Matches, want, res.FailedConditionName)
 				}
 			})
 		}

@@ -18,8 +18,9 @@ const (
 
 // MaxNamespaceLabels bounds the namespace label of the decisions counter:
 // the first MaxNamespaceLabels namespaces seen keep their name, later ones
-// count as OtherNamespace. Through the API server only opted-in namespaces
-// reach the webhook (its namespaceSelector), so a cluster stays far below
+// count as OtherNamespace. Through the API server only the bound hosts'
+// namespaces reach the webhook (its bound-hosts matchCondition), so a
+// cluster stays far below
 // the bound; the bound is for requests sent to the webhook's port directly,
 // which must not be able to grow the scrape without limit.
 const MaxNamespaceLabels = 64

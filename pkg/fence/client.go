@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/clock"
 )
@@ -32,7 +34,18 @@ type Options struct {
 	// Clock stamps operating-mode-changed-at; nil means the wall clock.
 	// Tests pass a k8s.io/utils/clock/testing fake.
 	Clock clock.PassiveClock
+	// Retry paces the repeats of a request whose answer was transient
+	// (IsTransient), within the caller's context; a zero Steps means
+	// DefaultRetry. The last transient error is returned when the steps
+	// or the context run out.
+	Retry wait.Backoff
 }
+
+// DefaultRetry repeats a transient answer five times over about six
+// seconds: past the webhook's own retries of an unreachable API server
+// (its lookup deadline, 3 s) and the moments an API server or a webhook
+// replica restarts.
+var DefaultRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 6, Cap: 5 * time.Second}
 
 // Client drives Sandboxes and per-sandbox egress policies through the
 // dynamic client with the wire contract of contract §3 and 4: a gate read before
@@ -66,7 +79,55 @@ func NewClient(dyn dynamic.Interface, opts Options) *Client {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Retry.Steps == 0 {
+		opts.Retry = DefaultRetry
+	}
 	return &Client{dyn: dyn, opts: opts}
+}
+
+// call runs one API request, and runs it again while its answer is
+// transient (IsTransient), paced by Options.Retry and bounded by ctx. A
+// request is repeated only when it got no verdict, so each repeat is the
+// same request: a write that did land before its answer was lost is met
+// by the contract's own checks on the next attempt (AlreadyExists for a
+// create, a moved object for a fenced patch).
+func (c *Client) call(ctx context.Context, request func() error) error {
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, c.opts.Retry, func(context.Context) (bool, error) {
+		last = request()
+		switch {
+		case last == nil:
+			return true, nil
+		case IsTransient(last):
+			return false, nil
+		}
+		return false, last
+	})
+	if err != nil && wait.Interrupted(err) && last != nil {
+		return last
+	}
+	return err
+}
+
+// get, create, patch and remove are the requests the Client sends, each
+// through call.
+func (c *Client) get(ctx context.Context, ri dynamic.ResourceInterface, name string) (out *unstructured.Unstructured, err error) {
+	err = c.call(ctx, func() (err error) { out, err = ri.Get(ctx, name, metav1.GetOptions{}); return err })
+	return out, err
+}
+
+func (c *Client) create(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) (out *unstructured.Unstructured, err error) {
+	err = c.call(ctx, func() (err error) { out, err = ri.Create(ctx, obj, metav1.CreateOptions{}); return err })
+	return out, err
+}
+
+func (c *Client) patch(ctx context.Context, ri dynamic.ResourceInterface, name string, pt types.PatchType, body []byte) (out *unstructured.Unstructured, err error) {
+	err = c.call(ctx, func() (err error) { out, err = ri.Patch(ctx, name, pt, body, metav1.PatchOptions{}); return err })
+	return out, err
+}
+
+func (c *Client) remove(ctx context.Context, ri dynamic.ResourceInterface, name string, opts metav1.DeleteOptions) error {
+	return c.call(ctx, func() error { return ri.Delete(ctx, name, opts) })
 }
 
 func (c *Client) sandboxes(namespace string) dynamic.ResourceInterface {
@@ -98,7 +159,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unst
 		annotations[AnnotationHolderEpoch] = FormatEpoch(*epoch)
 	}
 	obj.SetAnnotations(annotations)
-	out, err := c.sandboxes(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{})
+	out, err := c.create(ctx, c.sandboxes(obj.GetNamespace()), obj)
 	if err != nil {
 		return nil, classify(err, "create sandbox "+obj.GetNamespace()+"/"+obj.GetName())
 	}
@@ -167,7 +228,7 @@ type buildPatch func(obj *unstructured.Unstructured, read Reading) (PatchInput, 
 // build runs on every read, so a refusal sees the object as it is now.
 func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint64, build buildPatch) (*unstructured.Unstructured, error) {
 	what := "sandbox " + namespace + "/" + name
-	obj, err := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
+	obj, err := c.get(ctx, c.sandboxes(namespace), name)
 	if err != nil {
 		return nil, classify(err, "read "+what)
 	}
@@ -186,7 +247,7 @@ func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint6
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		out, err := c.sandboxes(namespace).Patch(ctx, name, patchType, body, metav1.PatchOptions{})
+		out, err := c.patch(ctx, c.sandboxes(namespace), name, patchType, body)
 		if err == nil {
 			return out, nil
 		}
@@ -198,7 +259,7 @@ func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint6
 		}
 		// A 422 without an admission message is a failed test op or a bad
 		// patch; only a moved object makes a retry meaningful.
-		now, gerr := c.sandboxes(namespace).Get(ctx, name, metav1.GetOptions{})
+		now, gerr := c.get(ctx, c.sandboxes(namespace), name)
 		if gerr != nil {
 			return nil, classify(gerr, "re-read "+what)
 		}
@@ -233,7 +294,7 @@ func patchBody(in PatchInput) (types.PatchType, []byte, error) {
 // 409, three attempts at most. A Sandbox already gone counts as deleted.
 func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint64) error {
 	what := "sandbox " + namespace + "/" + name
-	return fencedDelete(ctx, c.sandboxes(namespace), name, what, epoch, func(obj *unstructured.Unstructured) error {
+	return c.fencedDelete(ctx, c.sandboxes(namespace), name, what, epoch, func(obj *unstructured.Unstructured) error {
 		return ReadHolderEpoch(obj).check(what, *epoch)
 	})
 }
@@ -250,8 +311,12 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 // see it from the claim (contract §7).
 func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch *uint64) error {
 	what := "sandbox claim " + namespace + "/" + name
-	return fencedDelete(ctx, c.dyn.Resource(SandboxClaimGVR).Namespace(namespace), name, what, epoch, func(claim *unstructured.Unstructured) error {
-		sandboxes, err := c.sandboxes(namespace).List(ctx, metav1.ListOptions{})
+	return c.fencedDelete(ctx, c.dyn.Resource(SandboxClaimGVR).Namespace(namespace), name, what, epoch, func(claim *unstructured.Unstructured) error {
+		var sandboxes *unstructured.UnstructuredList
+		err := c.call(ctx, func() (err error) {
+			sandboxes, err = c.sandboxes(namespace).List(ctx, metav1.ListOptions{})
+			return err
+		})
 		if err != nil {
 			return classify(err, "list the sandboxes of "+what)
 		}
@@ -274,16 +339,16 @@ func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch 
 // preconditions.resourceVersion of that read, and on a 409 reads, checks
 // and retries, three attempts at most. An object already gone counts as
 // deleted.
-func fencedDelete(ctx context.Context, ri dynamic.ResourceInterface, name, what string, epoch *uint64, check func(*unstructured.Unstructured) error) error {
+func (c *Client) fencedDelete(ctx context.Context, ri dynamic.ResourceInterface, name, what string, epoch *uint64, check func(*unstructured.Unstructured) error) error {
 	if epoch == nil {
-		err := ri.Delete(ctx, name, metav1.DeleteOptions{})
+		err := c.remove(ctx, ri, name, metav1.DeleteOptions{})
 		if err == nil || isGone(err) {
 			return nil
 		}
 		return classify(err, "delete "+what)
 	}
 	for attempt := 1; ; attempt++ {
-		obj, err := ri.Get(ctx, name, metav1.GetOptions{})
+		obj, err := c.get(ctx, ri, name)
 		if isGone(err) {
 			return nil
 		}
@@ -297,7 +362,7 @@ func fencedDelete(ctx context.Context, ri dynamic.ResourceInterface, name, what 
 		if rv == "" {
 			return fmt.Errorf("delete %s: the read carries no resourceVersion; refusing an unconditional DELETE", what)
 		}
-		err = ri.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		err = c.remove(ctx, ri, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
 		switch {
 		case err == nil || isGone(err):
 			return nil
@@ -334,18 +399,18 @@ func (c *Client) ApplyEgress(ctx context.Context, in PolicyInput) (*unstructured
 	}
 	what := "CiliumNetworkPolicy " + in.Namespace + "/" + policy.GetName()
 	policies := c.dyn.Resource(CiliumNetworkPolicyGVR).Namespace(in.Namespace)
-	_, err = policies.Create(ctx, policy, metav1.CreateOptions{})
+	_, err = c.create(ctx, policies, policy)
 	if apierrors.IsAlreadyExists(err) {
 		body, merr := json.Marshal(policy.Object)
 		if merr != nil {
 			return nil, merr
 		}
-		_, err = policies.Patch(ctx, policy.GetName(), types.MergePatchType, body, metav1.PatchOptions{})
+		_, err = c.patch(ctx, policies, policy.GetName(), types.MergePatchType, body)
 	}
 	if err != nil {
 		return nil, classify(err, "write "+what)
 	}
-	stored, err := policies.Get(ctx, policy.GetName(), metav1.GetOptions{})
+	stored, err := c.get(ctx, policies, policy.GetName())
 	if err != nil {
 		return nil, classify(err, "read back "+what)
 	}
@@ -385,7 +450,7 @@ func jsonRoundTrip(v any) map[string]any {
 // {"kind":"DeleteOptions","apiVersion":"v1"} with no option set, which the
 // API server reads exactly as no body (the fence matches on the name only).
 func (c *Client) RemoveEgress(ctx context.Context, namespace, ownerUID string) error {
-	err := c.dyn.Resource(CiliumNetworkPolicyGVR).Namespace(namespace).Delete(ctx, PolicyName(ownerUID), metav1.DeleteOptions{})
+	err := c.remove(ctx, c.dyn.Resource(CiliumNetworkPolicyGVR).Namespace(namespace), PolicyName(ownerUID), metav1.DeleteOptions{})
 	if err == nil || isGone(err) {
 		return nil
 	}
@@ -414,13 +479,13 @@ func (c *Client) CheckEgressFence(ctx context.Context) error {
 		return classify(err, "read "+kind+" "+gvrName)
 	}
 	if err := check("ValidatingAdmissionPolicy", c.opts.EgressPolicyName, func() error {
-		_, err := c.dyn.Resource(validatingAdmissionPolicyGVR).Get(ctx, c.opts.EgressPolicyName, metav1.GetOptions{})
+		_, err := c.get(ctx, c.dyn.Resource(validatingAdmissionPolicyGVR), c.opts.EgressPolicyName)
 		return err
 	}); err != nil {
 		return err
 	}
 	if err := check("ValidatingAdmissionPolicyBinding", c.opts.EgressBindingName, func() error {
-		_, err := c.dyn.Resource(validatingAdmissionPolicyBindingGVR).Get(ctx, c.opts.EgressBindingName, metav1.GetOptions{})
+		_, err := c.get(ctx, c.dyn.Resource(validatingAdmissionPolicyBindingGVR), c.opts.EgressBindingName)
 		return err
 	}); err != nil {
 		return err

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 var claimOwner = PolicyOwner{Kind: OwnerKindSandboxClaim, Name: "claim-1", UID: "0c9a7c6e"}
@@ -193,5 +195,53 @@ func TestClientRemoveEgress(t *testing.T) {
 	// what the server reads from no body at all.
 	if diff := cmp.Diff(parseJSON(t, `{"apiVersion":"v1","kind":"DeleteOptions"}`), parseJSON(t, deletes[0].Body)); diff != "" {
 		t.Errorf("DELETE carries options (-want +got):\n%s", diff)
+	}
+}
+
+// An answer that is no verdict (contract §8.8: the webhook's 503 when it
+// could not read the owner, the API server's 500 when it could not call
+// the webhook, a 429) is repeated until it is one; a verdict (a 422
+// denial) is never repeated; and when the attempts run out the caller
+// gets the transient answer, which IsTransient tells from a verdict.
+func TestClientRetriesTransientAnswersOnly(t *testing.T) {
+	const webhookUnavailable = `admission webhook "cilium-egress.fence.sandbox.namzu.ai" denied the request: cilium-fence: ` +
+		`metadata.ownerReferences[0].name: Internal error: looking up the SandboxClaim "claim-1" in namespace "ns" timed out ` +
+		`(context deadline exceeded), so the owner could not be verified; retry`
+	fast := wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 4}
+	tests := []struct {
+		name          string
+		answer        reply
+		times         int // how many POSTs get answer
+		wantPosts     int
+		wantTransient bool
+		wantErr       bool
+	}{
+		{"the webhook's 503 twice, then admitted", status(http.StatusServiceUnavailable, "ServiceUnavailable", webhookUnavailable), 2, 3, false, false},
+		{"the API server's 500 failing to call the webhook, then admitted", status(http.StatusInternalServerError, "InternalError",
+			`Internal error occurred: failed calling webhook "cilium-egress.fence.sandbox.namzu.ai": connection refused`), 1, 2, false, false},
+		{"429 then admitted", status(http.StatusTooManyRequests, "TooManyRequests", "slow down"), 1, 2, false, false},
+		{"a 503 on every attempt is returned as transient", status(http.StatusServiceUnavailable, "ServiceUnavailable", webhookUnavailable), 99, 4, true, true},
+		{"a 422 denial is final at once", status(http.StatusUnprocessableEntity, "Invalid",
+			"ValidatingAdmissionPolicy 'sandbox-fence-cilium-egress' with binding 'sandbox-fence-cilium-egress-binding' denied request: cilium-fence: no"), 99, 1, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, dyn := newFakeAPI(t)
+			installFence(f, DefaultEgressPolicyName, DefaultEgressPolicyName+"-binding")
+			f.on(http.MethodPost, "ciliumnetworkpolicies", tt.times, func(*fakeAPI, request) reply { return tt.answer })
+			_, err := NewClient(dyn, Options{Retry: fast}).ApplyEgress(context.Background(), egressInput("example.com"))
+			if (err != nil) != tt.wantErr || IsTransient(err) != tt.wantTransient {
+				t.Fatalf("error %v (transient %v), want error %v, transient %v", err, IsTransient(err), tt.wantErr, tt.wantTransient)
+			}
+			posts := 0
+			for _, r := range f.requests {
+				if r.Method == http.MethodPost {
+					posts++
+				}
+			}
+			if posts != tt.wantPosts {
+				t.Errorf("%d POSTs, want %d", posts, tt.wantPosts)
+			}
+		})
 	}
 }

@@ -3,7 +3,11 @@ package fence
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // Sentinels for errors.Is. The typed errors below match them too, so a caller
@@ -126,4 +130,38 @@ func ParseAdmissionDenial(message string) (denial AdmissionDeniedError, ok bool)
 		return AdmissionDeniedError{Webhook: m[1], Message: m[2]}, true
 	}
 	return AdmissionDeniedError{}, false
+}
+
+// IsTransient reports whether err is an answer that is no verdict on the
+// request, so the same request may succeed later: the API server or the
+// fence's webhook could not decide it now (429, 500 such as the API
+// server's "failed calling webhook", 503 such as the webhook's owner read
+// that got no answer, 504 and the API server's timeouts; contract §8.8),
+// or the request got no answer at all (the connection refused, reset or
+// cut). Every other error is final: a denial (422), a conflict (409), a
+// credential problem (401, 403), a missing object (404, 410). The Client
+// retries transient answers itself (Options.Retry); a caller that gets
+// one back ran out of attempts or of its context's time.
+func IsTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var denied *AdmissionDeniedError
+	if errors.As(err, &denied) {
+		return transientCode(denied.Code)
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return transientCode(status.Status().Code) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)
+	}
+	return utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err) ||
+		utilnet.IsHTTP2ConnectionLost(err)
+}
+
+func transientCode(code int32) bool {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }

@@ -17,10 +17,13 @@ import (
 // default, client-only, at kubeVersion: Helm's client-only default, v1.20,
 // is below the chart's kubeVersion. It returns one object per non-empty
 // document of the manifest.
-func Template(ch *chart.Chart, vals map[string]any, kubeVersion *chartutil.KubeVersion) ([]map[string]any, error) {
+func Template(ch *chart.Chart, vals map[string]any, kubeVersion *chartutil.KubeVersion, apiVersions ...string) ([]map[string]any, error) {
 	inst := action.NewInstall(&action.Configuration{})
 	inst.DryRun, inst.ClientOnly, inst.IncludeCRDs, inst.Replace = true, true, true, true
 	inst.ReleaseName, inst.Namespace, inst.KubeVersion = "sandbox-fence", "default", kubeVersion
+	// What the API server serves beyond its own kinds (helm template
+	// --api-versions), which .Capabilities.APIVersions.Has reads.
+	inst.APIVersions = apiVersions
 	rel, err := inst.Run(ch, vals)
 	if err != nil {
 		return nil, fmt.Errorf("helm template %s %v: %w", ch.Name(), vals, err)
