@@ -154,7 +154,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unst
 	annotations[AnnotationPodTemplateHash] = hash
 	if epoch != nil {
 		if *epoch > MaxEpoch {
-			return nil, fmt.Errorf("epoch %d is above 9007199254740991 (contract §3.1)", *epoch)
+			return nil, fmt.Errorf("epoch %d is above %d (contract §3.1)", *epoch, MaxEpoch)
 		}
 		annotations[AnnotationHolderEpoch] = FormatEpoch(*epoch)
 	}

@@ -1,7 +1,6 @@
 package fence
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -100,7 +99,7 @@ func (r Reading) moved(now Reading) bool {
 }
 
 // errEpochSyntax is wrapped by every ParseEpoch error.
-var errEpochSyntax = errors.New("a holder epoch is a decimal integer from 0 to 9007199254740991 without sign, leading zero, exponent or whitespace")
+var errEpochSyntax = fmt.Errorf("a holder epoch is a decimal integer from 0 to %d without sign, leading zero, exponent or whitespace", MaxEpoch)
 
 // ParseEpoch parses a holder epoch with the exact grammar of contract §3.1:
 // ^(0|[1-9][0-9]*)$ and at most MaxEpoch. It never goes through a float, whose
@@ -121,7 +120,7 @@ func ParseEpoch(s string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || n > MaxEpoch {
-		return 0, fmt.Errorf("%q is above 9007199254740991: %w", s, errEpochSyntax)
+		return 0, fmt.Errorf("%q is above %d: %w", s, MaxEpoch, errEpochSyntax)
 	}
 	return n, nil
 }

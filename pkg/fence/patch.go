@@ -3,6 +3,7 @@ package fence
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -158,7 +159,7 @@ func (in PatchInput) annotations() annotationList {
 func (in PatchInput) validate() field.ErrorList {
 	var errs field.ErrorList
 	if in.Epoch != nil && *in.Epoch > MaxEpoch {
-		errs = append(errs, field.Invalid(field.NewPath("epoch"), *in.Epoch, "must be at most 9007199254740991 (contract §3.1)"))
+		errs = append(errs, field.Invalid(field.NewPath("epoch"), *in.Epoch, fmt.Sprintf("must be at most %d (contract §3.1)", MaxEpoch)))
 	}
 	switch in.Mode {
 	case "":
