@@ -143,6 +143,13 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
+	// The uniqueness check reads owners by pod label from an index, which
+	// must exist before the informers start.
+	for _, k := range admit.OwnerKinds {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, ownerObject(k), webhook.PodLabelIndex, webhook.IndexPodLabels(k)); err != nil {
+			return fmt.Errorf("indexing %s by pod label: %w", k.GVK.Kind, err)
+		}
+	}
 	// Registering the informers now makes the readiness check wait for their
 	// first sync, and fails fast with a clear error when a CRD is missing.
 	for _, obj := range []client.Object{claim, sandbox, &fencev1alpha1.FenceConfig{}} {

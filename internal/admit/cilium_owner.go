@@ -129,7 +129,7 @@ func checkUniqueLabel(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, o
 	path := selectorPath.Key(key)
 	var others, adopted []string
 	for _, k := range OwnerKinds {
-		items, err := owners.ListOwners(ctx, k, owner.GetNamespace())
+		items, err := owners.OwnersLabelled(ctx, k, owner.GetNamespace(), key, value)
 		if err != nil {
 			if !cfg.UniqueOwnerLabel {
 				return nil, nil
@@ -141,9 +141,6 @@ func checkUniqueLabel(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec, o
 			// Same kind and name is the owner itself, possibly a stale cached
 			// copy with its previous uid.
 			if it.GetUID() == owner.GetUID() || (k.GVK.Kind == owner.GetKind() && it.GetName() == owner.GetName()) {
-				continue
-			}
-			if k.PodLabels(it)[key] != value {
 				continue
 			}
 			if k.GVK == SandboxOwner.GVK && owner.GetKind() == ClaimOwner.GVK.Kind && ownedBy(it, owner) {

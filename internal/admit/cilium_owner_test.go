@@ -278,8 +278,8 @@ type staleList struct {
 	stale *unstructured.Unstructured
 }
 
-func (s *staleList) ListOwners(ctx context.Context, k admit.OwnerKind, ns string) ([]unstructured.Unstructured, error) {
-	items, err := s.FakeOwners.ListOwners(ctx, k, ns)
+func (s *staleList) OwnersLabelled(ctx context.Context, k admit.OwnerKind, ns, key, value string) ([]unstructured.Unstructured, error) {
+	items, err := s.FakeOwners.OwnersLabelled(ctx, k, ns, key, value)
 	if k.GVK.Kind == s.stale.GetKind() {
 		for i := range items {
 			if items[i].GetName() == s.stale.GetName() {

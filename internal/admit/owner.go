@@ -68,6 +68,36 @@ type OwnerLookup interface {
 	// with it (or a cache miss) must be confirmed with a live read, so that
 	// informer lag never refuses an owner created or recreated a moment ago.
 	GetOwner(ctx context.Context, k OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error)
-	// ListOwners returns every object of kind k in namespace.
-	ListOwners(ctx context.Context, k OwnerKind, namespace string) ([]unstructured.Unstructured, error)
+	// OwnersLabelled returns the objects of kind k in namespace whose pods
+	// carry the label key=value (the uniqueness check's question). The
+	// webhook answers it from an index of its cache, so its cost follows
+	// the owners that share the label, not every owner of the namespace.
+	OwnersLabelled(ctx context.Context, k OwnerKind, namespace, key, value string) ([]unstructured.Unstructured, error)
+}
+
+// PodLabelPair is how one pod label is indexed and looked up: key=value
+// (neither part of a valid label can hold "=").
+func PodLabelPair(key, value string) string { return key + "=" + value }
+
+// PodLabelPairs returns obj's claim-time pod labels as PodLabelPair values,
+// the index an OwnerLookup answers OwnersLabelled from.
+func (k OwnerKind) PodLabelPairs(obj *unstructured.Unstructured) []string {
+	labels := k.PodLabels(obj)
+	out := make([]string, 0, len(labels))
+	for key, value := range labels {
+		out = append(out, PodLabelPair(key, value))
+	}
+	return out
+}
+
+// Labelled keeps the items of kind k whose pods carry key=value: for the
+// OwnerLookups that list a whole namespace (kubectl fence, tests).
+func (k OwnerKind) Labelled(items []unstructured.Unstructured, key, value string) []unstructured.Unstructured {
+	var out []unstructured.Unstructured
+	for i := range items {
+		if got, ok := k.PodLabels(&items[i])[key]; ok && got == value {
+			out = append(out, items[i])
+		}
+	}
+	return out
 }

@@ -412,6 +412,6 @@ func (l *listedOwners) GetOwner(_ context.Context, k admit.OwnerKind, ns, name s
 	return nil, apierrors.NewNotFound(schema.GroupResource{Group: k.GVK.Group, Resource: strings.ToLower(k.GVK.Kind) + "s"}, name)
 }
 
-func (l *listedOwners) ListOwners(_ context.Context, k admit.OwnerKind, ns string) ([]unstructured.Unstructured, error) {
-	return l.byNS[k.GVK.Kind+"/"+ns], nil
+func (l *listedOwners) OwnersLabelled(_ context.Context, k admit.OwnerKind, ns, key, value string) ([]unstructured.Unstructured, error) {
+	return k.Labelled(l.byNS[k.GVK.Kind+"/"+ns], key, value), nil
 }

@@ -147,8 +147,11 @@ func (l liveOwners) GetOwner(ctx context.Context, k admit.OwnerKind, ns, name st
 	return l.c.Dynamic.Resource(k.GVK.GroupVersion().WithResource(resourceOf(k))).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (l liveOwners) ListOwners(ctx context.Context, k admit.OwnerKind, ns string) ([]unstructured.Unstructured, error) {
-	return listAll(ctx, l.c, k.GVK.GroupVersion().WithResource(resourceOf(k)), ns)
+// OwnersLabelled filters a live list: the pod labels are in the owners'
+// specs, which no label selector reaches.
+func (l liveOwners) OwnersLabelled(ctx context.Context, k admit.OwnerKind, ns, key, value string) ([]unstructured.Unstructured, error) {
+	items, err := listAll(ctx, l.c, k.GVK.GroupVersion().WithResource(resourceOf(k)), ns)
+	return k.Labelled(items, key, value), err
 }
 
 func resourceOf(k admit.OwnerKind) string {

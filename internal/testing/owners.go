@@ -37,8 +37,8 @@ func (f *FakeOwners) GetOwner(_ context.Context, k admit.OwnerKind, namespace, n
 	return nil, apierrors.NewNotFound(k.GVK.GroupVersion().WithResource(k.GVK.Kind).GroupResource(), name)
 }
 
-// ListOwners implements admit.OwnerLookup.
-func (f *FakeOwners) ListOwners(_ context.Context, k admit.OwnerKind, namespace string) ([]unstructured.Unstructured, error) {
+// OwnersLabelled implements admit.OwnerLookup.
+func (f *FakeOwners) OwnersLabelled(_ context.Context, k admit.OwnerKind, namespace, key, value string) ([]unstructured.Unstructured, error) {
 	if f.ListErr != nil {
 		return nil, f.ListErr
 	}
@@ -48,5 +48,5 @@ func (f *FakeOwners) ListOwners(_ context.Context, k admit.OwnerKind, namespace 
 			out = append(out, *o.DeepCopy())
 		}
 	}
-	return out, nil
+	return k.Labelled(out, key, value), nil
 }

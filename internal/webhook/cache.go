@@ -3,9 +3,27 @@ package webhook
 import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 )
+
+// PodLabelIndex is the cache index of owners by each claim-time pod label,
+// as admit.PodLabelPair: CachedOwners.OwnersLabelled reads it, and
+// cmd/webhook registers it with IndexPodLabels before the informers start.
+const PodLabelIndex = "sandbox-fence.podLabel"
+
+// IndexPodLabels returns the PodLabelIndex function for owners of kind k.
+// It sees the objects as TrimOwner left them, which keeps the pod labels.
+func IndexPodLabels(k admit.OwnerKind) client.IndexerFunc {
+	return func(o client.Object) []string {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			return nil
+		}
+		return k.PodLabelPairs(u)
+	}
+}
 
 // TrimOwner returns the informer transform for owners of kind k: it keeps
 // only what the rules read (identity, deletionTimestamp, ownerReferences and

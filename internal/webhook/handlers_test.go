@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
@@ -65,7 +66,14 @@ func scheme(t testing.TB) *runtime.Scheme {
 
 func fakeReader(t testing.TB, objs ...client.Object) client.Client {
 	t.Helper()
-	return fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).Build()
+	b := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...)
+	// The index cmd/webhook registers: without it a List by pod label fails.
+	for _, k := range admit.OwnerKinds {
+		owner := &unstructured.Unstructured{}
+		owner.SetGroupVersionKind(k.GVK)
+		b = b.WithIndex(owner, webhook.PodLabelIndex, webhook.IndexPodLabels(k))
+	}
+	return b.Build()
 }
 
 // countingReader counts Gets, to tell a cache answer from a live one.
@@ -326,7 +334,7 @@ func TestCiliumHandler(t *testing.T) {
 	}, {
 		name:     "a suspicious but valid write is admitted with a warning",
 		config:   cfg,
-		cache:    []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj()},
+		cache:    []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj(), tst.MakeClaim("c").Obj()},
 		live:     []client.Object{claim},
 		wantLive: 1,
 		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),

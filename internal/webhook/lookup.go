@@ -154,14 +154,16 @@ func unreachable(err error) bool {
 		utilnet.IsHTTP2ConnectionLost(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
 }
 
-// ListOwners implements admit.OwnerLookup from the cache only: the
-// uniqueness check is advisory by nature (a duplicate can be created right
-// after the policy), so informer lag is acceptable there.
-func (l *CachedOwners) ListOwners(ctx context.Context, k admit.OwnerKind, namespace string) ([]unstructured.Unstructured, error) {
+// OwnersLabelled implements admit.OwnerLookup from the cache only, through
+// its PodLabelIndex: the uniqueness check is advisory by nature (a
+// duplicate can be created right after the policy), so informer lag is
+// acceptable there. The index makes it copy only the owners that share the
+// label, not every owner of the namespace.
+func (l *CachedOwners) OwnersLabelled(ctx context.Context, k admit.OwnerKind, namespace, key, value string) ([]unstructured.Unstructured, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
 	start := time.Now()
-	err := l.Cache.List(ctx, list, client.InNamespace(namespace))
+	err := l.Cache.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{PodLabelIndex: admit.PodLabelPair(key, value)})
 	l.Metrics.lookup(k.GVK.Kind, "cache-list", lookupResult(err), time.Since(start))
 	if err != nil {
 		return nil, withCtxErr(ctx, err)
