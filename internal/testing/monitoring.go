@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -51,22 +50,46 @@ func MonitoredMetrics(repoRoot string) (map[string][]string, error) {
 			add("panel "+p.Title, tg.Expr)
 		}
 	}
-	raw, err = os.ReadFile(filepath.Join(dir, "prometheusrule.yaml"))
+	alerts, err := Alerts(repoRoot)
 	if err != nil {
 		return nil, err
 	}
-	rule := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(raw, &rule.Object); err != nil {
+	for _, a := range alerts {
+		add("alert "+a.Name, a.Expr)
+	}
+	return out, nil
+}
+
+// Alert is one alerting rule of the shipped PrometheusRule.
+type Alert struct {
+	Name, Expr  string
+	Annotations map[string]string
+}
+
+// Alerts reads the alerting rules of the shipped PrometheusRule
+// (config/components/monitoring/prometheusrule.yaml under repoRoot).
+func Alerts(repoRoot string) ([]Alert, error) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "config", "components", "monitoring", "prometheusrule.yaml"))
+	if err != nil {
 		return nil, err
 	}
-	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
-	for _, g := range groups {
-		rules, _ := g.(map[string]any)["rules"].([]any)
-		for _, r := range rules {
-			rm, _ := r.(map[string]any)
-			alert, _ := rm["alert"].(string)
-			expr, _ := rm["expr"].(string)
-			add("alert "+alert, expr)
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert, Expr string
+					Annotations map[string]string
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(raw, &rule); err != nil {
+		return nil, err
+	}
+	var out []Alert
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			out = append(out, Alert{Name: r.Alert, Expr: r.Expr, Annotations: r.Annotations})
 		}
 	}
 	return out, nil

@@ -1,10 +1,12 @@
 package webhook
 
 import (
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 )
@@ -14,6 +16,10 @@ const (
 	DecisionsMetric     = "sandbox_fence_webhook_decisions_total"
 	LookupSecondsMetric = "sandbox_fence_webhook_owner_lookup_duration_seconds"
 	EnforcementMetric   = "sandbox_fence_webhook_enforcement_mode"
+	// BuildInfoMetric is Prometheus' usual build_info gauge (client_golang's
+	// version collector): 1, labelled with the release the binary was built
+	// from (its module version), the commit and the Go version.
+	BuildInfoMetric = "sandbox_fence_build_info"
 )
 
 // MaxNamespaceLabels bounds the namespace label of the decisions counter:
@@ -75,7 +81,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "1 for the enforcement mode the webhook runs in (--enforcement: deny, warn or audit), 0 for the others.",
 	}, []string{"mode"})
 	m.namespaces = map[string]bool{}
-	reg.MustRegister(m.decisions, m.lookupSeconds, m.mode)
+	reg.MustRegister(m.decisions, m.lookupSeconds, m.mode,
+		versioncollector.NewCollector("sandbox_fence", versioncollector.WithExtraConstLabels(prometheus.Labels{"version": moduleVersion()})))
 	m.SetMode(enforcement.Deny)
 	return m
 }
@@ -118,4 +125,14 @@ func (m *Metrics) lookup(kind, source, result string, d time.Duration) {
 	if m != nil {
 		m.lookupSeconds.WithLabelValues(kind, source, result).Observe(d.Seconds())
 	}
+}
+
+// moduleVersion is the version Go stamped on the binary's main module: the
+// release tag when built from one, "(devel)" from an untagged tree. The
+// version collector's own default is a linker flag nothing here sets.
+func moduleVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
@@ -120,10 +122,10 @@ func TestMonitoringComponentValidatesAgainstPrometheusOperatorCRDs(t *testing.T)
 
 // TestDashboardAndAlertsNameExportedMetrics holds every sandbox_fence_*
 // name the dashboard and the alerts use to the metrics this package
-// registers, and every alert to a runbook-style description. (The e2e
+// registers, and every alert to a runbook in docs/webhook.md. (The e2e
 // metrics case checks the API server's names against a real scrape.)
 func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
-	own := map[string]bool{webhook.DecisionsMetric: true, webhook.LookupSecondsMetric: true, webhook.EnforcementMetric: true}
+	own := map[string]bool{webhook.DecisionsMetric: true, webhook.LookupSecondsMetric: true, webhook.EnforcementMetric: true, webhook.BuildInfoMetric: true}
 	refs, err := tst.MonitoredMetrics("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -138,4 +140,43 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 			t.Errorf("neither the dashboard nor the alerts use %s", m)
 		}
 	}
+	alerts, err := tst.Alerts("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/webhook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = "https://github.com/sandbox-fence/sandbox-fence/blob/main/docs/webhook.md#"
+	for _, a := range alerts {
+		// GitHub's anchor of a heading that is the alert's name alone.
+		if want := base + strings.ToLower(a.Name); a.Annotations["runbook_url"] != want || !strings.Contains(string(doc), "\n### "+a.Name+"\n") {
+			t.Errorf("alert %s: runbook_url %q, want %q, the anchor of its heading \"### %s\" in docs/webhook.md", a.Name, a.Annotations["runbook_url"], want, a.Name)
+		}
+	}
+}
+
+// The build_info gauge is exported from the start, before any request.
+func TestBuildInfoIsExported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	webhook.NewMetrics(reg)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != webhook.BuildInfoMetric {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if f.GetMetric()[0].GetGauge().GetValue() != 1 || labels["goversion"] != runtime.Version() || labels["version"] == "" {
+			t.Errorf("%s = %v %v, want 1 with goversion %s and a version", webhook.BuildInfoMetric, f.GetMetric()[0].GetGauge().GetValue(), labels, runtime.Version())
+		}
+		return
+	}
+	t.Errorf("%s is not exported", webhook.BuildInfoMetric)
 }
