@@ -132,9 +132,63 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	return reconcile.Result{}, nil
 }
 
-// render applies c wherever it is not in force yet; it returns what it
-// changed and what it could not render.
+// render applies c wherever it is not in force yet, in the order that never
+// opens the fence; it returns what it changed and what it could not render.
+//
+// The webhook configuration routes the bound hosts' writes to the owner
+// check; the policies admit them. A configuration that routes some host
+// opens: the routing is written first, so no policy admits a host before
+// its writes reach the owner check. In the other order an upgrade, whose
+// apply ships both unrendered, let a bound host's policy for a missing
+// owner through between the two writes (seen on kind: 3 admitted). A
+// configuration that routes nobody (missing, invalid) closes: the policies
+// are written first and refuse, then the routing stops. A host a change
+// drops from the routing first is a host the change unfences anyway.
 func (r *Reconciler) render(ctx context.Context, c policyconfig.Config) (changed, problems []string, err error) {
+	first, second := r.renderWebhook, r.renderPolicies
+	if c.MatchConditionExpression() == policyconfig.ShippedMatchCondition {
+		first, second = second, first
+	}
+	changed, problems, err = first(ctx, c)
+	if err != nil {
+		return changed, problems, err
+	}
+	more, moreProblems, err := second(ctx, c)
+	return append(changed, more...), append(problems, moreProblems...), err
+}
+
+// renderWebhook renders c into the webhook configuration's match conditions.
+func (r *Reconciler) renderWebhook(ctx context.Context, c policyconfig.Config) (changed, problems []string, err error) {
+	if r.WebhookConfigName != "" {
+		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		err := r.Client.Get(ctx, types.NamespacedName{Name: r.WebhookConfigName}, vwc)
+		switch {
+		case apierrors.IsNotFound(err):
+			problems = append(problems, fmt.Sprintf("ValidatingWebhookConfiguration %s not found", r.WebhookConfigName))
+		case err != nil:
+			return nil, problems, err
+		default:
+			var stale []string
+			for w, got := range policyconfig.WebhookExpressions(vwc) {
+				if got != c.MatchConditionExpression() {
+					stale = append(stale, w)
+				}
+			}
+			slices.Sort(stale)
+			if len(stale) > 0 {
+				if err := r.Client.Apply(ctx, policyconfig.WebhookApplyConfiguration(r.WebhookConfigName, stale, c), client.FieldOwner(policyconfig.FieldManager), client.ForceOwnership); err != nil {
+					problems = append(problems, fmt.Sprintf("ValidatingWebhookConfiguration %s: %v", r.WebhookConfigName, err))
+				} else {
+					changed = append(changed, "ValidatingWebhookConfiguration/"+r.WebhookConfigName)
+				}
+			}
+		}
+	}
+	return changed, problems, nil
+}
+
+// renderPolicies renders c into every policy labelled for the FenceConfig.
+func (r *Reconciler) renderPolicies(ctx context.Context, c policyconfig.Config) (changed, problems []string, err error) {
 	policies := &admissionregistrationv1.ValidatingAdmissionPolicyList{}
 	if err := r.Client.List(ctx, policies, client.MatchingLabelsSelector{Selector: Selector(r.ConfigName)}); err != nil {
 		return nil, nil, err
@@ -160,32 +214,6 @@ func (r *Reconciler) render(ctx context.Context, c policyconfig.Config) (changed
 	}
 	if found == 0 {
 		problems = append(problems, fmt.Sprintf("no ValidatingAdmissionPolicy is labelled %s=%s: is the bundle installed?", policyconfig.RenderLabel, r.ConfigName))
-	}
-
-	if r.WebhookConfigName != "" {
-		vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		err := r.Client.Get(ctx, types.NamespacedName{Name: r.WebhookConfigName}, vwc)
-		switch {
-		case apierrors.IsNotFound(err):
-			problems = append(problems, fmt.Sprintf("ValidatingWebhookConfiguration %s not found", r.WebhookConfigName))
-		case err != nil:
-			return changed, problems, err
-		default:
-			var stale []string
-			for w, got := range policyconfig.WebhookExpressions(vwc) {
-				if got != c.MatchConditionExpression() {
-					stale = append(stale, w)
-				}
-			}
-			slices.Sort(stale)
-			if len(stale) > 0 {
-				if err := r.Client.Apply(ctx, policyconfig.WebhookApplyConfiguration(r.WebhookConfigName, stale, c), client.FieldOwner(policyconfig.FieldManager), client.ForceOwnership); err != nil {
-					problems = append(problems, fmt.Sprintf("ValidatingWebhookConfiguration %s: %v", r.WebhookConfigName, err))
-				} else {
-					changed = append(changed, "ValidatingWebhookConfiguration/"+r.WebhookConfigName)
-				}
-			}
-		}
 	}
 	return changed, problems, nil
 }
