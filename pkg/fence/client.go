@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// maxAttempts bounds every retry loop of contract §3.3 and 3.4.
+// maxAttempts bounds every retry loop of a write or a fenced delete.
 const maxAttempts = 3
 
 // Options configure a Client. The zero value is the shipped defaults.
@@ -48,16 +48,16 @@ type Options struct {
 var DefaultRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 6, Cap: 5 * time.Second}
 
 // Client drives Sandboxes and per-sandbox egress policies through the
-// dynamic client with the wire contract of contract §3 and 4: a gate read before
-// every fenced write, one conditional JSON Patch built from that read, and the
-// bounded retries of contract §3.3. Errors match the sentinels of this package
+// dynamic client with the host's wire contract: a gate read before every
+// fenced write, one conditional JSON Patch built from that read, and bounded
+// retries. Errors match the sentinels of this package
 // (ErrStaleEpoch, ErrUnreadableEpoch, ErrPatchNotApplied, ErrConflict,
 // ErrGone, ErrFenceNotInstalled, ErrReadBackMismatch) or are an
 // *AdmissionDeniedError; the API error stays reachable with errors.As.
 //
 // Every method takes the held epoch the same way, as *uint64 (ptr.To from
 // k8s.io/utils/ptr builds one): nil sends the unfenced request the host
-// always sent (contract §3.3), which the server admits without looking at
+// always sent, which the server admits without looking at
 // epochs. Stamp, whose whole job is the epoch, refuses nil.
 type Client struct {
 	dyn         dynamic.Interface
@@ -196,7 +196,7 @@ func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch *uint6
 
 // RefreshTemplate replaces the pod template of a Suspended workspace and
 // resumes it, as one JSON Patch conditional on the workspace still being
-// Suspended (contract §3.2's refresh). A workspace that is not Suspended is
+// Suspended. A workspace that is not Suspended is
 // refused locally with ErrPatchNotApplied.
 func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, template any, epoch *uint64) (*unstructured.Unstructured, error) {
 	if template == nil {
@@ -223,7 +223,7 @@ func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, te
 // the write locally with an error (nothing is sent).
 type buildPatch func(obj *unstructured.Unstructured, read Reading) (PatchInput, error)
 
-// write runs one fenced or unfenced PATCH of contract §3.3: gate read, refuse
+// write runs one fenced or unfenced PATCH: gate read, refuse
 // locally, send, and on a 422 re-read and retry only if the object moved.
 // build runs on every read, so a refusal sees the object as it is now.
 func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint64, build buildPatch) (*unstructured.Unstructured, error) {
@@ -275,7 +275,7 @@ func (c *Client) write(ctx context.Context, namespace, name string, epoch *uint6
 }
 
 // patchBody is the fenced JSON Patch, or the unfenced merge patch when the
-// write carries no epoch and no test (contract §3.3).
+// write carries no epoch and no test.
 func patchBody(in PatchInput) (types.PatchType, []byte, error) {
 	if in.Epoch == nil && len(in.ExtraTests) == 0 && in.PodTemplate == nil {
 		body, err := BuildMergePatch(in)
@@ -308,7 +308,7 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 // checks and retries, three attempts at most. A claim already gone counts
 // as deleted. The precondition ties the DELETE to the claim the check
 // read; the Sandbox's epoch is checked here only, since the server cannot
-// see it from the claim (contract §7).
+// see it from the claim.
 func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch *uint64) error {
 	what := "sandbox claim " + namespace + "/" + name
 	return c.fencedDelete(ctx, c.dyn.Resource(SandboxClaimGVR).Namespace(namespace), name, what, epoch, func(claim *unstructured.Unstructured) error {
@@ -333,7 +333,7 @@ func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch 
 	})
 }
 
-// fencedDelete is the DELETE of contract §3.4 for the object name of ri.
+// fencedDelete is the fenced DELETE of Delete and DeleteClaim for the object name of ri.
 // Without an epoch it sends an unconditional DELETE. With one it reads the
 // object, lets check refuse (an error sends nothing), DELETEs with
 // preconditions.resourceVersion of that read, and on a 409 reads, checks
@@ -445,7 +445,7 @@ func jsonRoundTrip(v any) map[string]any {
 // RemoveEgress deletes the per-sandbox policy of an owner uid; a policy
 // already gone counts as removed.
 //
-// contract §4.1 has the TypeScript host send a bodyless DELETE. client-go's
+// The TypeScript host sends a bodyless DELETE. client-go's
 // dynamic client always sends a DeleteOptions body, so this one carries
 // {"kind":"DeleteOptions","apiVersion":"v1"} with no option set, which the
 // API server reads exactly as no body (the fence matches on the name only).
@@ -496,7 +496,7 @@ func (c *Client) CheckEgressFence(ctx context.Context) error {
 
 func isGone(err error) bool { return apierrors.IsNotFound(err) || apierrors.IsGone(err) }
 
-// classify maps an API error to the package's error kinds (contract §3.5): an
+// classify maps an API error to the package's error kinds: an
 // admission denial (any code; upstream policies deny with 403) becomes an
 // *AdmissionDeniedError, a 422 without one ErrPatchNotApplied, 409
 // ErrConflict, 404/410 ErrGone. The API error stays wrapped.

@@ -198,7 +198,7 @@ func TestClientRemoveEgress(t *testing.T) {
 	}
 }
 
-// An answer that is no verdict (contract §8.8: the webhook's 503 when it
+// An answer that is no verdict (the webhook's 503 when it
 // could not read the owner, the API server's 500 when it could not call
 // the webhook, a 429) is repeated until it is one; a verdict (a 422
 // denial) is never repeated; and when the attempts run out the caller

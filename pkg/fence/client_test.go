@@ -65,7 +65,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 		want        string
 	}{
 		{
-			name:        "a fenced suspend sends contract §3.2's steady-state patch",
+			name:        "a fenced suspend sends the steady-state patch",
 			sandbox:     makeSandbox("a").Epoch("2"),
 			run:         call((*Client).Suspend, ptr(uint64(2))),
 			contentType: "application/json-patch+json",
@@ -79,7 +79,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			want:        specMigration,
 		},
 		{
-			name:        "an unfenced suspend sends the merge patch of contract §3.3",
+			name:        "an unfenced suspend sends the unfenced merge patch",
 			sandbox:     makeSandbox("a").Epoch("7"),
 			run:         call((*Client).Suspend, nil),
 			contentType: "application/merge-patch+json",
@@ -107,7 +107,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"3"}]`,
 		},
 		{
-			name:    "a fenced refresh sends contract §3.2's refresh patch with the template's hash",
+			name:    "a fenced refresh sends the refresh patch with the template's hash",
 			sandbox: makeSandbox("a").Epoch("4").Mode(ModeSuspended),
 			run: func(c *Client) error {
 				_, err := c.RefreshTemplate(context.Background(), "ns", "a", template, ptr(uint64(4)))
@@ -345,7 +345,7 @@ func TestClientDelete(t *testing.T) {
 		wantBody string
 	}{
 		{
-			name:     "a fenced delete carries the gate read's resourceVersion (contract §3.4)",
+			name:     "a fenced delete carries the gate read's resourceVersion",
 			sandbox:  makeSandbox("a").RV("1001").Epoch("2"),
 			epoch:    ptr(uint64(2)),
 			deletes:  1,
@@ -460,7 +460,7 @@ func ownedByClaim(b *sandboxBuilder) *sandboxBuilder {
 }
 
 // Under strict delete a bound host's claim DELETE must carry
-// preconditions.resourceVersion (contract §8.4); the server cannot see the
+// preconditions.resourceVersion; the server cannot see the
 // claim's Sandbox, so the client checks that Sandbox's epoch first.
 func TestClientDeleteClaim(t *testing.T) {
 	tests := []struct {

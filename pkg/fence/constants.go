@@ -2,33 +2,32 @@ package fence
 
 import "k8s.io/apimachinery/pkg/runtime/schema"
 
-// Backend-owned annotations on a Sandbox (contract §2). Their spelling is the wire
+// Backend-owned annotations on a Sandbox. Their spelling is the wire
 // contract shared with the TypeScript host: a Go host and a TypeScript host
 // fence the same workspaces, so a rename here would split the fence.
 const (
-	// AnnotationHolderEpoch holds the holder epoch in canonical decimal
-	// (contract §3.1).
+	// AnnotationHolderEpoch holds the holder epoch in canonical decimal.
 	AnnotationHolderEpoch = "sandbox.namzu.ai/holder-epoch"
 	// AnnotationOperatingModeChangedAt records, informationally, when a write
 	// last changed spec.operatingMode (RFC 3339 with milliseconds, UTC).
 	AnnotationOperatingModeChangedAt = "sandbox.namzu.ai/operating-mode-changed-at"
 	// AnnotationPodTemplateHash holds "sha256:" + 64 lowercase hex of the
-	// canonical pod template (contract §5, see PodTemplateHash).
+	// canonical pod template (see PodTemplateHash).
 	AnnotationPodTemplateHash = "sandbox.namzu.ai/pod-template-hash"
 	// LabelTemplate is the pod label naming the template of every sandbox pod.
 	LabelTemplate = "sandbox.namzu.ai/template"
 	// DefaultPerSandboxLabelKey is the endpointSelector label key of a
-	// per-sandbox CiliumNetworkPolicy when the caller configures none (contract §4.1).
+	// per-sandbox CiliumNetworkPolicy when the caller configures none.
 	DefaultPerSandboxLabelKey = "sandbox.namzu.ai/per-sandbox-egress"
 	// PolicyNamePrefix starts every per-sandbox policy name; the fence only
 	// lets a bound host touch policies under it, which protects the operator's
-	// baseline policies (contract §4.3 rule 1).
+	// baseline policies.
 	PolicyNamePrefix = "namzu-sbx-"
 )
 
 // MaxEpoch is the largest well-formed holder epoch, 2^53-1: JavaScript's safe
-// integer bound, so a TypeScript host never reads a rounded value. It is final
-// (contract §7): no write can raise it.
+// integer bound, so a TypeScript host never reads a rounded value. It is
+// final: no write can raise it.
 const MaxEpoch uint64 = 9007199254740991
 
 // Operating modes of a v1beta1 Sandbox (spec.operatingMode).
@@ -44,7 +43,7 @@ const (
 	bindingSuffix           = "-binding"
 )
 
-// Resources the host writes (contract §1).
+// Resources the host writes.
 var (
 	// SandboxGVR is agents.x-k8s.io/v1beta1 sandboxes.
 	SandboxGVR = schema.GroupVersionResource{Group: "agents.x-k8s.io", Version: "v1beta1", Resource: "sandboxes"}

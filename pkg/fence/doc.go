@@ -5,12 +5,14 @@
 // The pure parts build exactly the bytes a TypeScript host of @namzu/sandbox
 // sends, so Go and TypeScript hosts can drive the same workspaces:
 //
-//   - ReadHolderEpoch and ParseEpoch read the epoch of one GET (contract §3.1);
+//   - ReadHolderEpoch and ParseEpoch read the epoch of one GET;
 //   - BuildHolderEpochPatch builds the conditional JSON Patch of a fenced write
-//     (contract §3.2) and BuildMergePatch the body of an unfenced one (contract §3.3);
-//   - PodTemplateHash reproduces the host's pod-template-hash (contract §5);
+//     and BuildMergePatch the body of an unfenced one;
+//   - PodTemplateHash reproduces the host's pod-template-hash;
 //   - NormalizeHost and BuildPerSandboxPolicy build the per-sandbox egress
-//     policy (contract §4).
+//     policy.
+//
+// Each of them names the section of docs/contract.md whose bytes it builds.
 //
 // A fenced suspend, from one read:
 //
@@ -27,8 +29,8 @@
 //	body, err := fence.MarshalPatch(ops) // PATCH as application/json-patch+json
 //
 // Client runs those writes against the API server with the gate read, the
-// local refusals and the bounded retries of contract §3.3 and 3.4, and returns
-// errors to branch on:
+// local refusals and the bounded retries the contract gives a host, and
+// returns errors to branch on:
 //
 //	c := fence.NewClient(dynamic.NewForConfigOrDie(cfg), fence.Options{})
 //	_, err := c.Suspend(ctx, "work", "sandbox-1", &held)

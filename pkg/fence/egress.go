@@ -12,7 +12,7 @@ import (
 )
 
 // Owner kinds of a per-sandbox policy, each paired with its one apiVersion
-// (contract §4.1; the fence checks the pair, not two independent lists).
+// (the fence checks the pair, not two independent lists).
 const (
 	OwnerKindSandboxClaim = "SandboxClaim"
 	OwnerKindSandbox      = "Sandbox"
@@ -27,7 +27,7 @@ var hostRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 
 // NormalizeHost applies the host-name grammar of contract §4.2 and returns the
 // entry lowercased, keeping its leading dot (".example.com" means the domain
-// and the names one label below it under Cilium v1.20, contract §4.6).
+// and the names one label below it under Cilium v1.20).
 // NormalizeHost of its own result returns it unchanged.
 //
 // Only ASCII letters are lowercased: JavaScript's toLowerCase would also fold
@@ -50,7 +50,7 @@ func NormalizeHost(entry string) (string, error) {
 	labels := strings.Split(bare, ".")
 	for _, l := range labels {
 		// DNS carries at most 63 octets a label; the fence refuses longer
-		// ones (contract §4.2), so a host must never send one.
+		// ones, so a host must never send one.
 		if len(l) > 63 {
 			return "", fmt.Errorf("label %q is %d characters; DNS allows at most 63", l[:8]+"...", len(l))
 		}
@@ -87,7 +87,7 @@ type PolicyInput struct {
 	Namespace string
 	// LabelKey is the endpointSelector key; "" means DefaultPerSandboxLabelKey.
 	LabelKey string
-	// Hosts are entries in the contract §4.2 grammar, emitted in input order.
+	// Hosts are entries in NormalizeHost's grammar, emitted in input order.
 	Hosts []string
 }
 
@@ -113,7 +113,7 @@ func buildPerSandboxPolicy(in PolicyInput) (*unstructured.Unstructured, field.Er
 		errs = append(errs, field.NotSupported(field.NewPath("owner", "kind"), in.Owner.Kind, []string{OwnerKindSandboxClaim, OwnerKindSandbox}))
 	}
 	// The owner name is the selector's label value: the fence refuses one
-	// that is not a valid label value (contract §4.4 item 2), so refuse it here.
+	// that is not a valid label value, so refuse it here.
 	if in.Owner.Name == "" {
 		errs = append(errs, field.Required(field.NewPath("owner", "name"), "the name of the SandboxClaim or Sandbox"))
 	} else {

@@ -42,7 +42,7 @@ func TestNormalizeHost(t *testing.T) {
 	}
 }
 
-// specPolicy is the body of contract §4.1 with its placeholders filled in.
+// specPolicy is the contract's per-sandbox policy body with its placeholders filled in.
 const specPolicy = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy",
  "metadata":{"name":"namzu-sbx-<uid>","namespace":"<ns>","ownerReferences":[{"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxClaim","name":"<claim>","uid":"<uid>"}]},
  "spec":{"endpointSelector":{"matchLabels":{"sandbox.namzu.ai/per-sandbox-egress":"<claim>"}},
@@ -73,7 +73,7 @@ func TestBuildPerSandboxPolicy(t *testing.T) {
 		wantErrs field.ErrorList
 	}{
 		{
-			name: "a claim-owned policy is contract §4.1's body",
+			name: "a claim-owned policy is the contract's body",
 			in:   PolicyInput{Owner: claim, Namespace: "work", Hosts: []string{"registry.npmjs.org", ".example.com"}},
 			want: specFor(claim),
 		},

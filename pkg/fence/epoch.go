@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// EpochState is what reading the holder-epoch annotation found (contract §3.1).
+// EpochState is what reading the holder-epoch annotation found.
 type EpochState int
 
 const (
@@ -33,7 +33,7 @@ func (s EpochState) String() string {
 	return fmt.Sprintf("EpochState(%d)", int(s))
 }
 
-// Reading is everything one GET tells a fenced write (contract §3.2): the epoch
+// Reading is everything one GET tells a fenced write: the epoch
 // state, the exact stored string (the test clause must send it verbatim), the
 // presence of the annotations map (decides per-key adds versus one whole-map
 // add) and the resourceVersion (the fallback test clause). Build every patch
@@ -72,8 +72,7 @@ func ReadHolderEpoch(obj metav1.Object) Reading {
 
 // Allows reports whether a write carrying epoch may go ahead on what was read:
 // the stored epoch (0 when absent) is at most epoch. A malformed stored value
-// allows nothing, since only break-glass identities may repair it (contract §3.6
-// rule 6).
+// allows nothing, since only break-glass identities may repair it.
 func (r Reading) Allows(epoch uint64) bool {
 	return r.State != EpochMalformed && r.Epoch <= epoch
 }

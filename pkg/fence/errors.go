@@ -46,10 +46,10 @@ var (
 	// ErrGone: the object does not exist (404 or 410).
 	ErrGone = errors.New("object gone")
 	// ErrFenceNotInstalled: the egress fence's policy or binding is missing or
-	// unreadable, so per-sandbox egress must not be written (contract §4.1).
+	// unreadable, so per-sandbox egress must not be written.
 	ErrFenceNotInstalled = errors.New("egress fence not installed")
 	// ErrReadBackMismatch: the stored policy differs from what was written;
-	// admission must never mutate (contract §8.2), so something rewrote it.
+	// admission never mutates, so something rewrote it.
 	ErrReadBackMismatch = errors.New("read-back differs from the written policy")
 )
 
@@ -87,10 +87,10 @@ func (e *UnreadableEpochError) Is(target error) bool { return target == ErrUnrea
 func (e *UnreadableEpochError) Unwrap() error { return e.Err }
 
 // AdmissionDeniedError is a denial by a ValidatingAdmissionPolicy or by an
-// admission webhook, parsed from Status.message (contract §3.5). Exactly one of
+// admission webhook, parsed from Status.message. Exactly one of
 // Policy (with Binding) or Webhook is set.
 type AdmissionDeniedError struct {
-	// Code is the HTTP status (422 for every sandbox-fence denial, contract §8.1).
+	// Code is the HTTP status (422 for every sandbox-fence denial).
 	Code    int32
 	Policy  string
 	Binding string
@@ -112,7 +112,7 @@ func (e *AdmissionDeniedError) Error() string {
 // Unwrap returns the API error.
 func (e *AdmissionDeniedError) Unwrap() error { return e.Err }
 
-// The exact prefixes the apiserver writes (contract §3.5). The message may be
+// The exact prefixes the apiserver writes. The message may be
 // wrapped (e.g. `Sandbox "a" is invalid: ...`), so they are searched, not
 // anchored.
 var (
@@ -136,7 +136,7 @@ func ParseAdmissionDenial(message string) (denial AdmissionDeniedError, ok bool)
 // request, so the same request may succeed later: the API server or the
 // fence's webhook could not decide it now (429, 500 such as the API
 // server's "failed calling webhook", 503 such as the webhook's owner read
-// that got no answer, 504 and the API server's timeouts; contract §8.8),
+// that got no answer, 504 and the API server's timeouts),
 // or the request got no answer at all (the connection refused, reset or
 // cut). Every other error is final: a denial (422), a conflict (409), a
 // credential problem (401, 403), a missing object (404, 410). The Client

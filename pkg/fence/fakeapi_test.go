@@ -155,7 +155,7 @@ func status(code int, reason, message string) reply {
 	}}
 }
 
-// The message the apiserver sends for a failed test op (contract §3.5).
+// The message the apiserver sends for a failed test op.
 const genericInvalid = "the server rejected our request due to an error in our request"
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, hr *http.Request) {

@@ -58,7 +58,7 @@ func stored(annotations map[string]string) *unstructured.Unstructured {
 }
 
 // BenchmarkBuildHolderEpochPatch is the host's cost per fenced write, from
-// the gate read to the wire bytes: read the epoch, build the contract §3.2 patch,
+// the gate read to the wire bytes: read the epoch, build the fenced patch,
 // marshal it.
 func BenchmarkBuildHolderEpochPatch(b *testing.B) {
 	epoch := uint64(2)
@@ -117,8 +117,8 @@ func BenchmarkBuildHolderEpochPatch(b *testing.B) {
 	}
 }
 
-// BenchmarkPodTemplateHash is contract §5's canonical JSON + SHA-256, on the
-// smallest vector of contract §5 and on a realistic template.
+// BenchmarkPodTemplateHash is the canonical JSON + SHA-256 of the host's hash,
+// on the contract's smallest vector and on a realistic template.
 func BenchmarkPodTemplateHash(b *testing.B) {
 	small := map[string]any{"spec": map[string]any{"nodeSelector": map[string]any{"9": "b", "10": "a", "a": "c"}}}
 	for _, c := range []struct {
@@ -136,8 +136,8 @@ func BenchmarkPodTemplateHash(b *testing.B) {
 	}
 }
 
-// BenchmarkBuildPerSandboxPolicy is the host's cost to build the contract §4.1
-// body, host-name grammar included.
+// BenchmarkBuildPerSandboxPolicy is the host's cost to build the per-sandbox
+// policy body, host-name grammar included.
 func BenchmarkBuildPerSandboxPolicy(b *testing.B) {
 	in := fence.PolicyInput{
 		Owner:     fence.PolicyOwner{Kind: "SandboxClaim", Name: "claim-7f3c", UID: "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"},

@@ -68,7 +68,7 @@ func compact(t *testing.T, s string) string {
 	return b.String()
 }
 
-// The first two examples of contract §3.2, verbatim (layout whitespace included).
+// The contract's first two fenced-write examples, verbatim (layout whitespace included).
 const (
 	specSteadyStateSuspend = `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},

@@ -18,7 +18,7 @@ import (
 var epochGrammar = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
 
 // FuzzReadHolderEpoch checks ReadHolderEpoch against an oracle that shares no
-// code with it: the contract §3.1 regexp and an arbitrary-precision bound.
+// code with it: the contract's epoch regexp and an arbitrary-precision bound.
 func FuzzReadHolderEpoch(f *testing.F) {
 	for _, s := range []string{"0", "1", "01", "-1", "+1", " 1", "9007199254740991", "9007199254740992", "18446744073709551616", "١", ""} {
 		f.Add(s, true, true, "1001")
@@ -57,8 +57,8 @@ func FuzzReadHolderEpoch(f *testing.F) {
 
 // FuzzPodTemplateHashJSON: never panics; accepts exactly what a strict JSON
 // parser accepts; the canonical text is a fixed point and hashes the same;
-// and Node, running the committed generator as an oracle (contract §5: Go
-// and TypeScript hosts must agree), refuses the same inputs and computes the
+// and Node, running the committed generator as an oracle (Go and
+// TypeScript hosts must agree), refuses the same inputs and computes the
 // same canonical text and hash for every other.
 func FuzzPodTemplateHashJSON(f *testing.F) {
 	if data, err := os.ReadFile(vectorsFile); err == nil {
@@ -185,7 +185,7 @@ var (
 )
 
 // FuzzNormalizeHost: a normalized host re-normalizes to itself, and every
-// selector built from it is one the fence admits (contract §4.3 rule 7).
+// selector built from it is one the fence admits.
 func FuzzNormalizeHost(f *testing.F) {
 	for _, s := range []string{"api.example.com", ".example.com", "Registry.NPMjs.org", "*.example.com", "10.0.0.1", ".com", "..a.b", "a.b.", "\u212Aa.com", "-a.b"} {
 		f.Add(s)

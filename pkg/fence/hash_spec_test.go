@@ -2,7 +2,7 @@ package fence
 
 import "testing"
 
-// The two vectors of contract §5, computed by Node 20 on the host's algorithm.
+// The contract's two hash vectors, computed by Node 20 on the host's algorithm.
 func TestPodTemplateHashSpecVectors(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"a workspace template", `{"metadata":{"labels":{"sandbox.namzu.ai/template":"namzu-workspace"}},"spec":{"containers":[{"image":"namzu/agent:1","name":"main","volumeDevices":[{"devicePath":"/dev/workspace","name":"workspace"}]}],"terminationGracePeriodSeconds":5}}`,

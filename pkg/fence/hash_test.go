@@ -46,7 +46,7 @@ func loadVectors(t *testing.T) []hashVector {
 }
 
 // TestPodTemplateHashVectors compares the Go port with JavaScript on every
-// vector Node computed (contract §5: Go and TypeScript hosts must agree).
+// vector Node computed: Go and TypeScript hosts must agree.
 func TestPodTemplateHashVectors(t *testing.T) {
 	vectors := loadVectors(t)
 	if len(vectors) < 500 {
@@ -95,7 +95,7 @@ func TestPodTemplateHashMarshalsGoValues(t *testing.T) {
 	}
 	got, err := PodTemplateHash(template)
 	if want := "sha256:82a444e63998d49fe84f66cfff11f30bb4507540b445d30dca81df306912f5b9"; err != nil || got != want {
-		t.Errorf("PodTemplateHash = %q, %v; want contract §5's %q", got, err, want)
+		t.Errorf("PodTemplateHash = %q, %v; want the contract's %q", got, err, want)
 	}
 	if _, err := PodTemplateHash(map[string]any{"f": func() {}}); err == nil {
 		t.Error("a template that is not JSON was hashed")

@@ -35,7 +35,7 @@ type Operation struct {
 }
 
 // MarshalJSON writes the members in RFC 6902 order without HTML escaping, so
-// the bytes match the host's JSON.stringify (contract §3.2).
+// the bytes match the host's JSON.stringify.
 func (o Operation) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(`{"op":`)
@@ -88,15 +88,15 @@ func AnnotationPointer(key string) string {
 	return "/metadata/annotations/" + EscapePointerSegment(key)
 }
 
-// Annotation is one key/value pair; slices of them keep the wire order that
-// contract §3.2 fixes.
+// Annotation is one key/value pair; slices of them keep the wire order the
+// host sends.
 type Annotation struct {
 	Key   string
 	Value string
 }
 
 // annotationList marshals as a JSON object in slice order (a Go map would be
-// sorted, and contract §3.2 fixes holder-epoch, changed-at, then the extra keys).
+// sorted, and the host sends holder-epoch, changed-at, then the extra keys).
 type annotationList []Annotation
 
 // MarshalJSON writes the members in slice order.

@@ -28,12 +28,12 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		wantErrs field.ErrorList
 	}{
 		{
-			name: "a steady-state fenced suspend is contract §3.2's first example",
+			name: "a steady-state fenced suspend is the contract's first example",
 			in:   PatchInput{Read: withEpoch("2"), Epoch: ptr(uint64(2)), Mode: ModeSuspended, ChangedAt: changedAt},
 			want: specSteadyStateSuspend,
 		},
 		{
-			name: "a migration onto an object without annotations is contract §3.2's second example",
+			name: "a migration onto an object without annotations is the contract's second example",
 			in:   PatchInput{Read: noMap, Epoch: ptr(uint64(3)), Mode: ModeSuspended, ChangedAt: changedAt},
 			want: specMigration,
 		},
@@ -217,7 +217,7 @@ func TestBuildMergePatch(t *testing.T) {
 		wantErrs field.ErrorList
 	}{
 		{
-			name: "an unfenced suspend is the merge patch of contract §3.3",
+			name: "an unfenced suspend is the contract's merge patch",
 			in:   PatchInput{Mode: ModeSuspended, ChangedAt: changedAt},
 			want: `{"metadata":{"annotations":{"sandbox.namzu.ai/operating-mode-changed-at":"2026-08-01T09:00:00.000Z"}},"spec":{"operatingMode":"Suspended"}}`,
 		},
