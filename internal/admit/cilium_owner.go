@@ -117,7 +117,7 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 }
 
 // checkUniqueLabel looks for other claims and Sandboxes whose pods carry the
-// same label (contract §4.4 item 3): the policy would open egress for their pods
+// same label: the policy would open egress for their pods
 // too. A cached copy of the owner itself does not count, and neither does the
 // one Sandbox a claim owns (the one it adopted, which inherits the claim's
 // pod labels): it is the same sandbox. A claim has one Sandbox, so when

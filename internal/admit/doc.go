@@ -1,6 +1,6 @@
-// Package admit holds the webhook's rules: the checks of contract §4.4 items 1-3
-// (the owner of a per-sandbox CiliumNetworkPolicy is a live object that
-// labels its own pods). They need the live state of other objects, which CEL
+// Package admit holds the webhook's rules, the checks docs/contract.md gives
+// the webhook (the owner of a per-sandbox CiliumNetworkPolicy is a live
+// object that labels its own pods). They need the live state of other objects, which CEL
 // in a ValidatingAdmissionPolicy cannot read; every shape rule CEL can express lives in the shipped policies
 // (policies/) and is deliberately not repeated here.
 //
@@ -10,8 +10,8 @@
 // details.causes[].field.
 package admit
 
-// Family is a rule family: the first word of every message about its rules
-// (contract §8.1), so a reader can tell which fence spoke. The webhook's
+// Family is a rule family: the first word of every message about its rules,
+// so a reader can tell which fence spoke. The webhook's
 // denials, warnings and allowed reasons and kubectl fence's findings all
 // write it through Message, never as a literal.
 type Family string

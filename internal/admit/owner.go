@@ -10,8 +10,8 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// OwnerKind is one of the two objects a per-sandbox policy may belong to
-// (contract §4.1): the SandboxClaim of the pooled path or the Sandbox of the
+// OwnerKind is one of the two objects a per-sandbox policy may belong to:
+// the SandboxClaim of the pooled path or the Sandbox of the
 // pool-less path.
 type OwnerKind struct {
 	GVK schema.GroupVersionKind

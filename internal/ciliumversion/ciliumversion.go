@@ -1,5 +1,5 @@
 // Package ciliumversion reads the one pin of the Cilium release the project
-// is proven against (contract §4.6): the require line of
+// is proven against, the one docs/contract.md states: the require line of
 // e2e/ciliumproof/go.mod, the nested module that builds Cilium's own code.
 // Everything else that needs the version (the real CiliumNetworkPolicy CRD
 // the end-to-end suite installs, the policies' type check) reads it here, so

@@ -1,5 +1,5 @@
-// Package enforcement names the three modes the fence can run in (contract
-// §9.1) and what each one means for every shipped object. It is the single
+// Package enforcement names the three modes the fence can run in (deny, warn
+// and audit, as docs/contract.md defines them) and what each one means for every shipped object. It is the single
 // switch an installer templates: the kustomize components in
 // config/components/enforcement apply exactly this table, a test renders
 // them and compares against it, and the webhook's --enforcement flag and

@@ -131,7 +131,7 @@ func FromFenceConfig(name string, cfg *fencev1alpha1.FenceConfig) Config {
 }
 
 // NamespaceHosts maps each namespace of a host to the hosts that list it,
-// in username order. A namespace belongs to one host (contract §4.7): the
+// in username order. A namespace belongs to one host: the
 // policies refuse every host's writes in a namespace two hosts list (they
 // find them in hosts; the literal holds no second copy).
 func (c Config) NamespaceHosts() map[string][]string {
@@ -195,7 +195,7 @@ func (c Config) Expression() string {
 }
 
 // MatchConditionExpression routes to the webhook the bound hosts' writes in
-// their own namespaces, the only ones it checks (contract §4.4): a
+// their own namespaces, the only ones it checks: a
 // rendered configuration's hosts, nobody otherwise. So a webhook outage
 // can refuse a bound host's write in its own namespaces, where the fence
 // must not admit it unchecked, and nothing else.

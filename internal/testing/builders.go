@@ -1,7 +1,7 @@
 // Package testing holds the builder fixtures every test shares — the
 // webhook's unit tests and, through e2e/framework, the end-to-end suite — so
-// a test states only what differs from the host's canonical objects (contract §1,
-// 4.1) instead of repeating whole manifests. The objects are complete enough
+// a test states only what differs from the host's canonical objects (its
+// Sandbox, claim and per-sandbox policy) instead of repeating whole manifests. The objects are complete enough
 // for a real API server to store.
 package testing
 
@@ -22,7 +22,7 @@ const (
 	Namespace = "sandboxes"
 	HostUser  = "system:serviceaccount:sandboxes:sandbox-host"
 	LabelKey  = fence.DefaultPerSandboxLabelKey
-	// EpochKey is the holder-epoch annotation (contract §2).
+	// EpochKey is the holder-epoch annotation.
 	EpochKey = fence.AnnotationHolderEpoch
 )
 
@@ -64,7 +64,7 @@ func MakeSandbox(name string) *ObjectWrapper {
 	return w.PodLabel(LabelKey, name)
 }
 
-// MakeCNP returns the host's per-sandbox CiliumNetworkPolicy (contract §4.1) for
+// MakeCNP returns the host's per-sandbox CiliumNetworkPolicy for
 // the given owner object: name namzu-sbx-<uid>, one ownerReference, selector
 // LabelKey=<owner name>, one DNS rule and one toFQDNs rule.
 func MakeCNP(owner *unstructured.Unstructured) *ObjectWrapper {
@@ -180,7 +180,7 @@ func (w *ObjectWrapper) OwnerRefs(refs ...metav1.OwnerReference) *ObjectWrapper 
 	return w
 }
 
-// podLabelsPath is where the host writes claim-time pod labels (contract §4.1).
+// podLabelsPath is where the host writes claim-time pod labels.
 func (w *ObjectWrapper) podLabelsPath() []string {
 	if w.u.GetKind() == "Sandbox" {
 		return []string{"spec", "podTemplate", "metadata", "labels"}

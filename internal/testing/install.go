@@ -203,8 +203,8 @@ func InstallReferences(objs []*unstructured.Unstructured, in Install) []string {
 		}
 	}
 
-	// The FenceConfig schema names the webhook's ServiceAccount (contract
-	// §8.7).
+	// The FenceConfig schema names the webhook's ServiceAccount, which can
+	// never be a bound host.
 	if crd := get("CustomResourceDefinition", "fenceconfigs.fence.sandbox.namzu.ai"); crd != nil {
 		b, _ := yaml.Marshal(crd.Object)
 		if !strings.Contains(string(b), "self != '"+sa+"'") {

@@ -411,7 +411,7 @@ func (h *Harness) Run(ctx context.Context, in CaseInput) (Verdict, error) {
 }
 
 // Problems lists every way v differs from what c expects, plus denials that
-// break the project's rules whatever the case says (contract §8.1): a message
+// break the project's rules whatever the case says: a message
 // without its family prefix, a compilation error.
 func (c *Case) Problems(v Verdict) []string {
 	var out []string

@@ -16,7 +16,7 @@ import (
 // ("cilium-egress.fence.sandbox.namzu.ai/violation").
 const ViolationAnnotation = "violation"
 
-// Event reasons, one per enforcement mode (contract §9.1).
+// Event reasons, one per enforcement mode.
 const (
 	ReasonDenied  = "FenceDenied"
 	ReasonWarned  = "FenceWarned"

@@ -38,7 +38,7 @@ type enforced struct {
 	Events           []string
 }
 
-// TestEnforceAppliesTheMode: the three modes of contract §9.1 on a rule's
+// TestEnforceAppliesTheMode: deny, warn and audit on a rule's
 // refusal, a fail-closed error and an admission with a warning.
 func TestEnforceAppliesTheMode(t *testing.T) {
 	const msg = `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-1" is invalid: metadata.ownerReferences[0].name: Not found: "a"`

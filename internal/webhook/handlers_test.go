@@ -142,7 +142,7 @@ func TestCiliumHandler(t *testing.T) {
 	notFoundMsg := `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`
 	// kubectl prints only the causes of a 422 (The X "n" is invalid:
 	// <field>: <message>), so each carries the family and says it was a
-	// denial (contract §8.1).
+	// denial.
 	const denied = "cilium-fence: denied by the sandbox-fence webhook: "
 
 	cases := []struct {
@@ -167,7 +167,7 @@ func TestCiliumHandler(t *testing.T) {
 	}, {
 		// The cache lags the API server: a hit that would admit is
 		// confirmed live, so an owner whose deletion began a moment ago is
-		// refused even before its watch event arrives (contract §4.4 item 1).
+		// refused even before its watch event arrives.
 		name:     "a cached owner the API server already shows as deleting is refused",
 		config:   cfg,
 		cache:    []client.Object{claim},
@@ -240,7 +240,7 @@ func TestCiliumHandler(t *testing.T) {
 	}, {
 		// The controller routes nobody here without a FenceConfig; the
 		// egress policy refuses every ServiceAccount's policy writes in
-		// opted-in namespaces meanwhile (contract §8.3).
+		// opted-in namespaces meanwhile.
 		name:       "a missing FenceConfig leaves a ServiceAccount's write to the egress policy",
 		cache:      []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),

@@ -50,7 +50,7 @@ func newOwnerObject(k admit.OwnerKind) *unstructured.Unstructured {
 // deletion never reverses), which the rule refuses. Anything the rule would
 // admit is read live: the cache lags the API server, and an owner whose
 // deletion began, or whose pod label went away, a moment ago must not be
-// trusted from a stale copy (contract §4.4 items 1-2). A miss, a cache error
+// trusted from a stale copy. A miss, a cache error
 // or another uid (an owner recreated under the same name) is read live too.
 func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}

@@ -64,10 +64,10 @@ func wantEntry(name, path string, rule admissionregistrationv1.RuleWithOperation
 		Name: name, Path: path, Rules: []admissionregistrationv1.RuleWithOperations{rule},
 		// Fail closed: an unverified host write is refused (docs/webhook.md).
 		FailurePolicy: admissionregistrationv1.Fail,
-		// Equivalent, so writes through every served version are seen (contract §1).
+		// Equivalent, so writes through every served version are seen.
 		MatchPolicy: admissionregistrationv1.Equivalent, SideEffects: admissionregistrationv1.SideEffectClassNone,
 		TimeoutSeconds: 5, AdmissionReviewVersions: []string{"v1"},
-		// contract §8.8: no namespaceSelector, whose lookup would refuse
+		// No namespaceSelector, whose lookup would refuse
 		// a request in a namespace gone with objects still stored, for
 		// everyone and whatever the failurePolicy.
 		NamespaceSelector: &metav1.LabelSelector{},
@@ -95,8 +95,8 @@ func TestShippedWebhookConfiguration(t *testing.T) {
 		want       []entry
 	}{{
 		// No Sandbox or claim request ever reaches the webhook: strict
-		// delete is a ValidatingAdmissionPolicy (contract §8.4), and so is
-		// every rule on deletes (contract §4.3).
+		// delete is a ValidatingAdmissionPolicy, and so is every rule on
+		// deletes.
 		name: "the default install routes only policy writes to the webhook",
 		dir:  "webhook",
 		want: []entry{cilium},

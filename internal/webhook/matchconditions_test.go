@@ -24,8 +24,7 @@ import (
 // them (internal/policyconfig), with the API server's own matcher (the code
 // its webhook dispatcher runs): a bound host reaches the webhook; another
 // ServiceAccount, a human, a kube-system controller and the webhook's own
-// ServiceAccount do not, so no webhook outage can block them (contract
-// §8.7). As shipped, and while the FenceConfig is missing, nobody does.
+// ServiceAccount do not, so no webhook outage can block them. As shipped, and while the FenceConfig is missing, nobody does.
 func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
 	var shipped admissionregistrationv1.ValidatingWebhookConfiguration
 	if !tst.Find(t, tst.Render(t, configDir, "webhook"), "ValidatingWebhookConfiguration", "sandbox-fence-webhook", &shipped) {

@@ -1,6 +1,6 @@
 // Package epochs reads the committed corpus of holder-epoch strings
 // (pkg/fence/testdata/epochs.jsonl): the one list of examples of the
-// contract §3.1 grammar that the Go parser's tests, the holder-epoch
+// holder-epoch grammar that the Go parser's tests, the holder-epoch
 // policy's generated cases and the differential fuzz target all use.
 //
 // It imports nothing of this module, so pkg/fence's own tests can use it.

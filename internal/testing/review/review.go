@@ -1,6 +1,6 @@
 // Package review builds the admission traffic of the webhook benchmarks: a
 // realistic AdmissionReview of a host's per-sandbox CiliumNetworkPolicy
-// CREATE (the contract §4.1 body as pkg/fence writes it, managedFields and
+// CREATE (the body pkg/fence writes, managedFields and
 // ServiceAccount user info as the apiserver sends them, 2-4 KB on the wire),
 // and the webhook's production handler over an in-memory cache that answers
 // like the informer cache does (a deep copy per Get). hack/loadgen and the
