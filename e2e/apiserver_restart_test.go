@@ -26,7 +26,7 @@ import (
 )
 
 // restartRecoveryBound is how soon after an API server is back the bound
-// host's valid policy write must be admitted again (contract §8.8 item 1).
+// host's valid policy write must be admitted again.
 // Back means /readyz answers and, on kind, pods reach it again through the
 // kubernetes Service (Restart waits for kube-proxy; RELIABILITY.md finding
 // 8). Measured: within about a second (the figure the case logs); the
@@ -35,7 +35,7 @@ const restartRecoveryBound = 5 * time.Second
 
 // TestAPIServerRestartsUnderFencedLoad restarts kube-apiserver while a
 // bound host writes per-sandbox policies, valid and invalid, and an operator
-// writes an unrelated one, without pause (contract §8.8). Every valid write
+// writes an unrelated one, without pause. Every valid write
 // is admitted or answered with something a client retries (the API server
 // down: no connection, 5xx, 429; fence.IsTransient), never with a verdict:
 // before configuration was rendered into the policies, a policy's paramKind
@@ -223,7 +223,7 @@ func (l *restartLoad) stop() []restartResult {
 }
 
 // TestAVanishedNamespacesLeftoversAreDeleted reproduces RELIABILITY.md
-// finding 6 as an admin meets it (contract §8.8 item 3): a namespace
+// finding 6 as an admin meets it: a namespace
 // finalized by hand while objects of it are still stored (each held by a
 // finalizer here, so the namespace controller cannot have deleted them
 // first). Then an admin removes the finalizers and the objects go, the

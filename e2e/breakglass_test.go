@@ -17,8 +17,8 @@ import (
 
 // A malformed stored epoch can only exist from before the fence was
 // installed; seeding one needs the holder-epoch binding removed for a moment.
-// Then contract §3.6 rule 2 (an unchanged malformed value passes) and rule 6 (only
-// break-glass may change it, never a host) are checked on the real server.
+// Then two rules are checked on the real server: an unchanged malformed value
+// passes, and only break-glass may change it, never a host.
 func TestMalformedStoredEpochOnlyBreakGlassMayRepair(t *testing.T) {
 	requirePolicy(t, framework.PolicyHolderEpoch)
 	requirePolicy(t, framework.PolicyHolderEpochRepair)
@@ -67,7 +67,7 @@ func TestMalformedStoredEpochOnlyBreakGlassMayRepair(t *testing.T) {
 }
 
 // A write that leaves a backend annotation unchanged is always admitted
-// (contract §3.6 rule 7), even when the value is over the 16384-character
+// even when the value is over the 16384-character
 // limit (which only a value from before the fence can be): before the fix
 // such a Sandbox refused every write, the operator's and the host's
 // unfenced ones included, and the controller could not remove its

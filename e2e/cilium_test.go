@@ -20,7 +20,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// specPolicy is the contract §4.1 body verbatim, as the TypeScript host sends it.
+// specPolicy is the contract's per-sandbox policy verbatim, as the TypeScript host sends it.
 const specPolicy = `{"apiVersion":"cilium.io/v2","kind":"CiliumNetworkPolicy",
  "metadata":{"name":"namzu-sbx-{{uid}}","namespace":"{{ns}}","ownerReferences":[{"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxClaim","name":"{{claim}}","uid":"{{uid}}"}]},
  "spec":{"endpointSelector":{"matchLabels":{"sandbox.namzu.ai/per-sandbox-egress":"{{claim}}"}},
@@ -52,9 +52,9 @@ func TestPerSandboxPolicyRawSpecBodyIsAdmittedUnchanged(t *testing.T) {
 	sent := decode(t, body)
 
 	_, err := create(t, env.Host, framework.CNPGVR, sent)
-	framework.ExpectAdmitted(t, "POST of the contract §4.1 body", err)
+	framework.ExpectAdmitted(t, "POST of the contract's policy body", err)
 
-	// The host reads the policy back and requires deep equality (contract §4.1),
+	// The host reads the policy back and requires deep equality,
 	// so neither admission nor the CRD may change what it wrote.
 	got := get(t, framework.CNPGVR, env.HostNamespace, sent.GetName())
 	if d := cmp.Diff(sent.Object["spec"], got.Object["spec"]); d != "" {
@@ -118,7 +118,7 @@ func appendEgress(u *unstructured.Unstructured, rule map[string]any) {
 }
 
 // An invented owner uid has the right shape, so only the webhook, which
-// looks the owner up, can refuse it (contract §4.4 item 1).
+// looks the owner up, can refuse it.
 func TestPerSandboxPolicyWithAnInventedOwnerIsDeniedByTheWebhook(t *testing.T) {
 	requireWebhook(t)
 	cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, name("ghost"), string(uuid.NewUUID()), []string{"example.com"})
@@ -186,12 +186,11 @@ func grantOtherHostTheHostsRole(t *testing.T, probe *unstructured.Unstructured) 
 	return last.Err
 }
 
-// No host reaches another host's sandboxes (contract §4.7), in the two ways
+// No host reaches another host's sandboxes, in the two ways
 // a security review got there on the real API server: a FenceConfig that
 // lists one namespace for both hosts, where each could create or delete
 // the other's per-sandbox policies; and a namespace listed for a host
-// without the opt-in label, where the host was not fenced at all (§4.3
-// rule 8). Both were admitted before.
+// without the opt-in label, where the host was not fenced at all. Both were admitted before.
 func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
 	requirePolicy(t, framework.PolicyCiliumEgress)
 	ctx := testContext(t)
@@ -245,7 +244,7 @@ func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
 }
 
 // Teardown sends no DELETE: the garbage collector removes the policy with its
-// owner (contract §4.1), which only works if the fence admitted a real owner
+// owner, which only works if the fence admitted a real owner
 // reference.
 func TestGarbageCollectionDeletesThePolicyWithItsOwner(t *testing.T) {
 	ctx := testContext(t)
@@ -273,8 +272,8 @@ func TestGarbageCollectionDeletesThePolicyWithItsOwner(t *testing.T) {
 
 // Each item of a delete-collection is admitted on its own, with no request
 // name: the refusal of an item must still start with cilium-fence: and name
-// it (contract §8.1). Before the fix every item failed with "no such key:
-// name", the host's own policies included. The host's Role (contract §6)
+// it. Before the fix every item failed with "no such key: name", the
+// host's own policies included. The host's Role
 // has no deletecollection; a host granted it meets the same rules.
 func TestHostDeleteCollectionIsJudgedItemByItem(t *testing.T) {
 	requirePolicy(t, framework.PolicyCiliumEgress)

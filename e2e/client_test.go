@@ -52,7 +52,7 @@ func hostClient(t *testing.T) *fence.Client {
 }
 
 // The host library's whole workspace life cycle, as the host identity, with
-// nothing but the RBAC of contract §6.
+// nothing but the host's RBAC.
 func TestHostLibraryLifeCycleAgainstTheFence(t *testing.T) {
 	requirePolicy(t, framework.PolicyHolderEpoch)
 	ctx := testContext(t)
@@ -150,7 +150,7 @@ func TestMigrationRetriesWhenTheObjectMovedUnderIt(t *testing.T) {
 }
 
 // The host's per-sandbox egress through the library: it first reads the
-// policy and binding (the ClusterRole of contract §6 lets it), then writes and
+// policy and binding (the host's ClusterRole lets it), then writes and
 // reads back; teardown is garbage collection.
 func TestHostLibraryWritesPerSandboxEgress(t *testing.T) {
 	requireShipped(t)

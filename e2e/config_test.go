@@ -22,7 +22,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// Every bound host gets every check (contract §8.7): the webhook routes only
+// Every bound host gets every check: the webhook routes only
 // ServiceAccounts outside kube-system, so the FenceConfig refuses to bind
 // any other identity, with a message saying why. Before the fix the schema
 // took any user name, and such a host was fenced by the policy but never
@@ -56,7 +56,7 @@ func TestFenceConfigBindsOnlyServiceAccountsOutsideKubeSystem(t *testing.T) {
 }
 
 // A missing FenceConfig blocks no one but the identities that may be bound
-// hosts (contract §8.3): the controller renders the missing state into the
+// hosts: the controller renders the missing state into the
 // egress policy, which then refuses every ServiceAccount outside
 // kube-system in opted-in namespaces and lets the garbage collector, the
 // namespace controller and operators through, so orphans are collected and
@@ -128,8 +128,8 @@ func TestMissingFenceConfigBlocksOnlyBoundHosts(t *testing.T) {
 	t.Run("a fenced namespace holding a claim, a Sandbox and their policies is deleted", func(t *testing.T) {
 		expectNamespaceDeleted(t, doomed, 2*time.Minute)
 	})
-	// The repair rule's explicit choice (contract §3.6): without the
-	// break-glass list it is not enforced, for anyone.
+	// The repair rule's explicit choice: without the break-glass list it is
+	// not enforced, for anyone.
 	t.Run("the repair rule lapses: the host's change of a malformed epoch is admitted", func(t *testing.T) {
 		framework.ExpectAdmitted(t, "host repairs a malformed epoch without configuration",
 			patch(t, env.Host, framework.SandboxGVR, ns, malformed, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+fence.AnnotationHolderEpoch+`":"5"}}}`)))
@@ -233,7 +233,7 @@ func waitNamespaceGone(t *testing.T, ns string, timeout time.Duration) {
 // until both enforcers have seen it go, and restores it when the test ends,
 // waiting until both see it again.
 // missingConfig is what the egress policy says while the FenceConfig is
-// missing (contract §8.3).
+// missing.
 const missingConfig = `FenceConfig "sandbox-fence" not found, so bound hosts cannot be told from other ServiceAccounts`
 
 func removeFenceConfig(t *testing.T) {
@@ -297,7 +297,7 @@ func removeFenceConfig(t *testing.T) {
 
 // TestTheControllerRendersEveryChange: a FenceConfig change is in force once
 // the controller in the webhook binary has rendered it into the policies
-// and the webhook configuration (contract §8.3). It measures how long that
+// and the webhook configuration. It measures how long that
 // takes on a real API server (the figure docs/install.md states) and that
 // the Rendered condition then names the new generation.
 func TestTheControllerRendersEveryChange(t *testing.T) {

@@ -17,7 +17,8 @@ import (
 const changedAt = "2026-08-01T09:00:00.000Z"
 
 // The host's own wire bodies (pkg/fence) against the shipped holder-epoch
-// policy: contract §3.6 rules 3-5 through the one write path the host uses.
+// policy: a well-formed epoch at least the stored one is admitted, a lower one
+// refused, through the one write path the host uses.
 func TestHolderEpochJSONPatchFromTheHostLibrary(t *testing.T) {
 	requirePolicy(t, framework.PolicyHolderEpoch)
 	tests := []struct {
@@ -65,7 +66,7 @@ func TestHolderEpochJSONPatchFromTheHostLibrary(t *testing.T) {
 	}
 }
 
-// The literal bodies of contract §3.2, byte for byte as the TypeScript host sends
+// The contract's literal fenced-write bodies, byte for byte as the TypeScript host sends
 // them, must be admitted: the policy may never break today's host.
 func TestHolderEpochRawSpecBodiesAreAdmitted(t *testing.T) {
 	t.Run("steady-state fenced suspend", func(t *testing.T) {
@@ -74,7 +75,7 @@ func TestHolderEpochRawSpecBodiesAreAdmitted(t *testing.T) {
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1operating-mode-changed-at","value":"2026-08-01T09:00:00.000Z"},
  {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`)
-		framework.ExpectAdmitted(t, "contract §3.2 steady-state body", patch(t, env.Host, framework.SandboxGVR, sbx.GetNamespace(), sbx.GetName(), types.JSONPatchType, body))
+		framework.ExpectAdmitted(t, "the contract's steady-state body", patch(t, env.Host, framework.SandboxGVR, sbx.GetNamespace(), sbx.GetName(), types.JSONPatchType, body))
 		got := get(t, framework.SandboxGVR, sbx.GetNamespace(), sbx.GetName())
 		if mode := got.Object["spec"].(map[string]any)["operatingMode"]; mode != "Suspended" {
 			t.Errorf("operatingMode %v, want Suspended", mode)
@@ -85,7 +86,7 @@ func TestHolderEpochRawSpecBodiesAreAdmitted(t *testing.T) {
 		body := rawBody(`[{"op":"test","path":"/metadata/resourceVersion","value":"{{rv}}"},
  {"op":"add","path":"/metadata/annotations","value":{"sandbox.namzu.ai/holder-epoch":"3","sandbox.namzu.ai/operating-mode-changed-at":"2026-08-01T09:00:00.000Z"}},
  {"op":"add","path":"/spec/operatingMode","value":"Suspended"}]`, "rv", sbx.GetResourceVersion())
-		framework.ExpectAdmitted(t, "contract §3.2 migration body", patch(t, env.Host, framework.SandboxGVR, sbx.GetNamespace(), sbx.GetName(), types.JSONPatchType, body))
+		framework.ExpectAdmitted(t, "the contract's migration body", patch(t, env.Host, framework.SandboxGVR, sbx.GetNamespace(), sbx.GetName(), types.JSONPatchType, body))
 		if got := epochOf(t, sbx.GetNamespace(), sbx.GetName()); got != "3" {
 			t.Errorf("stored epoch %q, want 3", got)
 		}
@@ -93,7 +94,7 @@ func TestHolderEpochRawSpecBodiesAreAdmitted(t *testing.T) {
 }
 
 // Every way to write the main resource arrives at admission as CREATE or
-// UPDATE; the rule must hold on each (contract §3.6 scope).
+// UPDATE; the rule must hold on each.
 func TestHolderEpochOnEveryWritePath(t *testing.T) {
 	requirePolicy(t, framework.PolicyHolderEpoch)
 	epochKey := fence.AnnotationHolderEpoch
@@ -155,7 +156,7 @@ func TestHolderEpochOnEveryWritePath(t *testing.T) {
 		sbx := sandboxWithEpoch(t, "4")
 		_, err := env.Host.Dynamic.Resource(framework.SandboxGVR).Namespace(sbx.GetNamespace()).Update(testContext(t), sbx, metav1.UpdateOptions{})
 		if !apierrors.IsForbidden(err) {
-			t.Fatalf("host PUT: want 403 from RBAC (contract §6 grants no update), got %v", framework.VerdictOf(err))
+			t.Fatalf("host PUT: want 403 from RBAC (the host Role grants no update), got %v", framework.VerdictOf(err))
 		}
 	})
 	t.Run("a status write cannot move the epoch and is not blocked", func(t *testing.T) {

@@ -112,7 +112,7 @@ func sandboxWithEpoch(t *testing.T, epoch string) *unstructured.Unstructured {
 	return mustCreate(t, env.Host, framework.SandboxGVR, b.Obj())
 }
 
-// rawBody substitutes {{key}} placeholders in a contract body (contract §3.2, §4.1).
+// rawBody substitutes {{key}} placeholders in a body copied from the contract.
 func rawBody(body string, kv ...string) []byte {
 	for i := 0; i+1 < len(kv); i += 2 {
 		body = strings.ReplaceAll(body, "{{"+kv[i]+"}}", kv[i+1])
@@ -196,7 +196,7 @@ func expectCollected(t *testing.T, policy *unstructured.Unstructured) {
 }
 
 // grantDeleteCollection gives the host, for this test only, extra rules in
-// its namespace beyond contract §6, as a copy-pasted Role might, and waits
+// its namespace beyond the host Role, as a copy-pasted Role might, and waits
 // until RBAC allows them.
 func grantDeleteCollection(t *testing.T, what string, rules []rbacv1.PolicyRule) {
 	t.Helper()

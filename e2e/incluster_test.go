@@ -269,7 +269,7 @@ func waitFencedPathAdmits(t *testing.T) {
 }
 
 // webhookMarker is the write only the webhook refuses: a well-formed
-// per-sandbox policy whose owner does not exist (contract §4.4), by the
+// per-sandbox policy whose owner does not exist, by the
 // bound host.
 func webhookMarker(t *testing.T) framework.Marker {
 	t.Helper()

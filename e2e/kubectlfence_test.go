@@ -121,7 +121,7 @@ func TestKubectlFenceAuditFindsEachSeededViolation(t *testing.T) {
 	}
 
 	// A Sandbox holding the orphan finalizer, which the cilium-owner policy
-	// refuses from every ServiceAccount outside kube-system (contract §4.5),
+	// refuses from every ServiceAccount outside kube-system,
 	// written by the admin.
 	orphaning := mustCreate(t, env.Admin, framework.SandboxGVR, framework.MakeSandbox(ns, name("audit-orphaning")).Finalizer("orphan").Obj())
 
@@ -205,7 +205,7 @@ func TestKubectlFenceAuditFindsEachSeededViolation(t *testing.T) {
 	}
 }
 
-// perSandboxPolicy is the host's contract §4.1 body for owner.
+// perSandboxPolicy is the host's per-sandbox policy body for owner.
 func perSandboxPolicy(t *testing.T, ns, kind string, owner *unstructured.Unstructured) *unstructured.Unstructured {
 	t.Helper()
 	p, err := fence.BuildPerSandboxPolicy(fence.PolicyInput{
@@ -457,7 +457,7 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The controller renders a removed FenceConfig into the
-			// policies within moments (contract §8.3); until then check
+			// policies within moments; until then check
 			// rightly names the policies too. So check is polled until it
 			// names exactly the missing piece, and must within 30 s.
 			var code int

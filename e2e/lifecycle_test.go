@@ -333,8 +333,7 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 // namespace, a name no host writes: neither the egress policy (it
 // evaluates ServiceAccounts) nor the webhook (it sees bound hosts) is about
 // it, whatever state the install is in, so it is admitted throughout
-// (contract §8.8: no policy has a window after its CRD or an API server
-// starts).
+// (no policy has a window after its CRD or an API server starts).
 func unrelatedPolicyProbe(t *testing.T) probe {
 	pol, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, "admin-owned", "00000000-0000-0000-0000-000000000001", []string{"example.com"})
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 // modeCase is one write of the shared mode cases. Each is written once, with
 // its Deny-mode verdict, and run in every enforcement mode; what a mode
-// implies for that verdict is framework.Outcome.ViolationIn's (contract §9.1).
+// implies for that verdict is framework.Outcome.ViolationIn's.
 type modeCase struct {
 	name string
 	// by and want are the Deny-mode refusal; by == "" is a write every
@@ -81,7 +81,7 @@ func modeCases() []modeCase {
 			return written{err, func() bool { return err == nil && got.GetUID() != "" }, p.GetName()}
 		},
 	}, {
-		name: "the host's own contract §4.1 policy",
+		name: "the host's own per-sandbox policy",
 		write: func(t *testing.T, id *framework.Identity) written {
 			p := perSandboxPolicy(t, ns(), "SandboxClaim", hostClaim(t))
 			_, err := create(t, id, framework.CNPGVR, p)

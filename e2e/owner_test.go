@@ -14,7 +14,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// A per-sandbox egress policy never outlives its owner (contract §4.5):
+// A per-sandbox egress policy never outlives its owner:
 // every DELETE a host can send for a claim or a pool-less Sandbox leaves
 // the owner's policy owned (the delete is refused) or gone (the garbage
 // collector, which the local control plane runs, deleted it with its
@@ -22,7 +22,7 @@ import (
 // garbage collector stripped the ownerReference from the policy.
 func TestEveryHostDeleteLeavesThePerSandboxPolicyOwnedOrGone(t *testing.T) {
 	ctx := testContext(t)
-	// The host's Role (contract §6) has delete, not deletecollection; a host
+	// The host's Role has delete, not deletecollection; a host
 	// granted more must meet the same rule on every item.
 	grantDeleteCollection(t, "sandboxes-and-claims", []rbacv1.PolicyRule{
 		{APIGroups: []string{"agents.x-k8s.io"}, Resources: []string{"sandboxes"}, Verbs: []string{"deletecollection"}},

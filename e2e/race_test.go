@@ -74,7 +74,7 @@ func (r raceResult) String() string {
 // handed out so far (as a new process acquiring the workspace would). A watch
 // records every stored state; in its resourceVersion order the epoch never
 // goes down, every admitted write carried an epoch at least the highest
-// stored before it (contract §3, §3.6 rule 4), and the holder-epoch policy
+// stored before it, and the holder-epoch policy
 // itself refused stale raw writes, naming a stored epoch above the one sent.
 func TestEightHoldersRacingOnOneSandboxNeverLowerTheEpoch(t *testing.T) {
 	requirePolicy(t, framework.PolicyHolderEpoch)

@@ -19,10 +19,10 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// Strict delete (contract §8.4) switched on as an admin does it — the binding
+// Strict delete switched on as an admin does it — the binding
 // of config/vap/components/strict-delete and FenceConfig spec.strictDelete —
 // then off again: once a holder fenced a workspace, a bound host may delete
-// it only with the fenced DELETE of contract §3.4, so a stale holder's
+// it only with the fenced DELETE, so a stale holder's
 // unconditional DELETE cannot destroy it under the new holder's feet; and
 // since deleting a claim deletes its Sandbox, a claim DELETE must carry
 // preconditions too. It is a ValidatingAdmissionPolicy: no Sandbox or claim

@@ -25,7 +25,7 @@ import (
 
 const webhookSuffix = ".fence.sandbox.namzu.ai"
 
-// What CEL cannot see (contract §4.4 items 1-2): the owner must exist in the
+// What CEL cannot see: the owner must exist in the
 // namespace with that uid and kind, not be terminating, and put the selector
 // label on its own pods. Every policy below has a shape the egress VAP
 // admits, so a refusal can only come from the webhook.
@@ -96,7 +96,7 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 		{
 			// The owner's deletion starts right before the write, so the
 			// webhook's cache has usually not seen it yet: the owner is read
-			// live before a write is admitted (contract §4.4 item 1).
+			// live before a write is admitted.
 			name: "a terminating claim is refused at once",
 			policy: func(t *testing.T) (string, string, string) {
 				c := labelled(t)
@@ -135,7 +135,7 @@ func TestWebhookChecksThePolicyOwner(t *testing.T) {
 }
 
 // With spec.uniqueOwnerLabel set, no other claim or Sandbox in the namespace
-// may carry the owner's label value (contract §4.4 item 3). A claim's one
+// may carry the owner's label value. A claim's one
 // adopted Sandbox inherits its label and is the same sandbox; a second
 // Sandbox owned by the same claim is not, however it got its owner
 // reference. Before the fix every object owned by the claim was skipped,
@@ -199,8 +199,8 @@ func setUniqueOwnerLabel(t *testing.T) {
 
 // kubectl prints only the causes of a 422 that carries them (The <kind>
 // "<name>" is invalid: <field>: <cause>) and drops the message: each cause
-// must say which rule family refused the write, and that it was a denial
-// (contract §8.1). Checked through the kubectl this suite builds, as the
+// must say which rule family refused the write, and that it was a denial.
+// Checked through the kubectl this suite builds, as the
 // host. Before the fix the output named neither.
 func TestKubectlShowsTheRuleFamilyOfAWebhookDenial(t *testing.T) {
 	requireWebhook(t)

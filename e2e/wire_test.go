@@ -23,7 +23,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// The first pod template vector of contract §5 and its hash: a refresh writes
+// The contract's first pod template vector and its hash: a refresh writes
 // both, and the policy checks only the hash's shape.
 const (
 	specTemplate     = `{"metadata":{"labels":{"sandbox.namzu.ai/template":"namzu-workspace"}},"spec":{"containers":[{"image":"namzu/agent:1","name":"main","volumeDevices":[{"devicePath":"/dev/workspace","name":"workspace"}]}],"terminationGracePeriodSeconds":5}}`
@@ -36,7 +36,7 @@ type storedState struct {
 	Annotations map[string]string
 }
 
-// The contract §3.2 bodies not covered by epoch_test.go, each sent raw as the
+// The contract's fenced-write bodies not covered by epoch_test.go, each sent raw as the
 // TypeScript host sends it and admitted through the real API server: the
 // policy may never break today's host. Each raw body is also the body
 // pkg/fence builds from the same read (semantically: the template's key
@@ -49,7 +49,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, err := fence.PodTemplateHash(template); err != nil || got != specTemplateHash {
-		t.Fatalf("PodTemplateHash(contract §5 vector) = %q, %v; want %s", got, err, specTemplateHash)
+		t.Fatalf("PodTemplateHash(the contract's vector) = %q, %v; want %s", got, err, specTemplateHash)
 	}
 	refreshTests := []fence.Operation{{Op: fence.OpTest, Path: "/spec/operatingMode", Value: fence.ModeSuspended}}
 	hash := []fence.Annotation{{Key: fence.AnnotationPodTemplateHash, Value: specTemplateHash}}
@@ -161,7 +161,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 				t.Errorf("stored state (-want +got):\n%s", d)
 			}
 			// Only a field the refreshed template added is compared: CRD
-			// defaulting may extend a stored template (contract §5).
+			// defaulting may extend a stored template.
 			if tc.in.PodTemplate != nil {
 				containers, _, _ := unstructured.NestedSlice(got.Object, "spec", "podTemplate", "spec", "containers")
 				if len(containers) != 1 || containers[0].(map[string]any)["volumeDevices"] == nil {
@@ -222,7 +222,7 @@ func deleteInterleaved(t *testing.T, id *framework.Identity, competitor func() e
 	}
 }
 
-// contract §3.4 through the real API server: an unfenced writer moves the
+// The fenced DELETE through the real API server: an unfenced writer moves the
 // object between the host's gate read and its fenced DELETE, the API server
 // fails the precondition with 409, and the library re-reads, re-checks the
 // epoch (unchanged) and deletes on the second attempt. A second delete of
@@ -245,7 +245,7 @@ func TestFencedDeleteRetriesAfterAConflict(t *testing.T) {
 		t.Errorf("sandbox still there after the retried delete (get: %v)", err)
 	}
 	if err := c.Delete(ctx, ns, n, ptr(uint64(3))); err != nil {
-		t.Errorf("deleting a Sandbox already gone: want success (contract §3.4: 404 counts as deleted), got %v", err)
+		t.Errorf("deleting a Sandbox already gone: want success (404 counts as deleted), got %v", err)
 	}
 }
 
@@ -272,7 +272,7 @@ func TestFencedDeleteStopsWhenANewHolderMovedIn(t *testing.T) {
 	}
 }
 
-// The literal contract §3.4 body, sent raw: a precondition on a resourceVersion
+// The contract's literal fenced DELETE body, sent raw: a precondition on a resourceVersion
 // that moved is refused with 409 and deletes nothing; on the current one it
 // deletes.
 func TestFencedDeleteRawSpecBody(t *testing.T) {

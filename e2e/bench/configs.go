@@ -150,7 +150,7 @@ func newSwitcher(ctx context.Context, env *framework.Env, engines map[string]*pe
 	if len(s.probes) != 3 {
 		return nil, fmt.Errorf("want probes for %s, %s and the webhook, found %d markers", framework.PolicyHolderEpoch, framework.PolicyCiliumEgress, len(s.probes))
 	}
-	// The repair policy (contract §3.6 rule 6) denies only a change of a
+	// The repair policy denies only a change of a
 	// MALFORMED stored epoch, so its probe patches the seeded malformed
 	// Sandbox as the host; the holder-epoch policy admits that write.
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"7"}}}`, fence.AnnotationHolderEpoch)

@@ -68,7 +68,7 @@ type fixtures struct {
 }
 
 // grantConfigMaps gives the host what the control workload needs. The host
-// Role of contract §6 has no ConfigMap rights; an unrelated controller running
+// Role has no ConfigMap rights; an unrelated controller running
 // under the same ServiceAccount would.
 func grantConfigMaps(ctx context.Context, env *framework.Env) error {
 	kc := env.Admin.Kube
@@ -115,7 +115,7 @@ func makeFixtures(ctx context.Context, env *framework.Env, hc *hostClients, work
 		f.claims = append(f.claims, fence.PolicyOwner{Kind: "SandboxClaim", Name: cname, UID: string(c.GetUID())})
 	}
 	// The host checks the fence once per client, before its first policy
-	// write (contract §4.1); do it now, while the bindings exist.
+	// write; do it now, while the bindings exist.
 	return f, hc.fence.CheckEgressFence(ctx)
 }
 
@@ -128,7 +128,7 @@ func workloads(hc *hostClients, f *fixtures) []workload {
 		Requests: "fenced suspend / resume / stamp (next epoch): GET + JSON PATCH each",
 		op: func(ctx context.Context, i int) error {
 			// One cycle per three operations, the epoch raised by the stamp:
-			// contract §3.6 rule 4 (m > o) and rule-7-like re-stamps (m == o) both run.
+			// raises (m > o) and unchanged re-stamps (m == o) both run.
 			name := f.sandboxes[i]
 			e := f.epochs[i]
 			var err error

@@ -306,7 +306,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 
 // StartControllerManager starts kube-controller-manager with the
 // controllers the suite depends on: the garbage collector (it deletes a
-// per-sandbox policy with its owner, contract §4.1), the namespace controller
+// per-sandbox policy with its owner), the namespace controller
 // (namespace teardown), the ClusterRole aggregation controller (the
 // operator is a namespace admin through the aggregated admin role) and the ValidatingAdmissionPolicy status controller
 // (it fills status.typeChecking, which the suite reads).
@@ -316,7 +316,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 // distributions run them: the garbage collector is then
 // system:serviceaccount:kube-system:generic-garbage-collector and the
 // namespace controller ...:namespace-controller, the identities the fence
-// must never stand in the way of (contract §8.7), not the admin.
+// must never stand in the way of, not the admin.
 func (c *ControlPlane) StartControllerManager(ctx context.Context) error {
 	port, err := FreePort()
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 )
 
-// EnforcementModes are the modes of contract §9.1; deny is the default and
+// EnforcementModes are the fence's enforcement modes; deny is the default and
 // needs no component.
 var EnforcementModes = []string{"deny", "warn", "audit"}
 

@@ -35,7 +35,7 @@ func Impersonating(admin *rest.Config) MintUser {
 	}
 }
 
-// HostRules is the Role a host holds in its namespace (contract §6), including the
+// HostRules is the Role a host holds in its namespace, including the
 // opt-in per-sandbox egress rules. It has no `update`: every host change is a
 // PATCH, so a PUT by the host must fail on RBAC before admission.
 func HostRules() []rbacv1.PolicyRule {
@@ -51,7 +51,7 @@ func HostRules() []rbacv1.PolicyRule {
 }
 
 // HostClusterRules lets the host read the fence before its first write
-// (contract §4.1: it refuses to write when the policy or binding is unreadable).
+// (it refuses to write when the policy or binding is unreadable).
 func HostClusterRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{
 		APIGroups: []string{VAPGVR.Group},
@@ -62,7 +62,7 @@ func HostClusterRules() []rbacv1.PolicyRule {
 
 // SetupIdentities creates the production-shaped identities with e.Admin and
 // fills the other Env identities: the fenced namespaces, the two host
-// ServiceAccounts with the contract §6 Role and tokens from the TokenRequest API,
+// ServiceAccounts with the host Role and tokens from the TokenRequest API,
 // the operator (built-in `admin` ClusterRole in the host namespace) and the
 // break-glass user. Each identity is checked with a SelfSubjectReview.
 func (e *Env) SetupIdentities(ctx context.Context, mint MintUser) error {
@@ -149,7 +149,7 @@ func (e *Env) SetupIdentities(ctx context.Context, mint MintUser) error {
 func (e *Env) setupHost(ctx context.Context, name, ns, sa string) (*Identity, error) {
 	kc := e.Admin.Kube
 	// Opted in, and enforcing Pod Security baseline, as docs/install.md
-	// tells an admin (contract §4.8: no pod on the host's network).
+	// tells an admin (no pod on the host's network).
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   ns,
 		Labels: map[string]string{fencev1.FencedNamespaceLabel: fencev1.FencedNamespaceValue, "pod-security.kubernetes.io/enforce": "baseline"},
@@ -282,7 +282,7 @@ func (e *Env) ConfigureFenceSpec(ctx context.Context, name string, spec fencev1.
 }
 
 // InstallBaseline applies the baseline policy of the Cilium install path
-// (config/components/cilium-baseline; contract §4.8), as docs/install.md
+// (config/components/cilium-baseline), as docs/install.md
 // has an admin do on a cluster that runs Cilium.
 func (e *Env) InstallBaseline(ctx context.Context, repoRoot string) error {
 	objs, err := ReadYAMLFile(filepath.Join(repoRoot, "config", "components", "cilium-baseline", "baseline.yaml"))

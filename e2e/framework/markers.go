@@ -166,7 +166,7 @@ func (e *Env) Markers(ctx context.Context) ([]Marker, error) {
 		cnp.SetName("marker-without-prefix")
 		// The name rule's own message: the policy refuses every
 		// ServiceAccount in opted-in namespaces until the controller has
-		// rendered the FenceConfig into it (contract §8.3), so only this
+		// rendered the FenceConfig into it, so only this
 		// message says the configuration is in force.
 		ms = append(ms, Marker{Name: PolicyCiliumEgress, As: e.Host, Obj: cnp, Want: "does not start with namzu-sbx-"})
 	}
@@ -247,7 +247,7 @@ func (e *Env) WaitForEnforcement(ctx context.Context, logf Logf) error {
 	return nil
 }
 
-// PerSandboxPolicy builds the host's exact contract §4.1 body with pkg/fence for
+// PerSandboxPolicy builds the host's exact per-sandbox policy with pkg/fence for
 // an owner in the host namespace.
 func (e *Env) PerSandboxPolicy(ownerKind, ownerName, ownerUID string, hosts []string) (*unstructured.Unstructured, error) {
 	return fence.BuildPerSandboxPolicy(fence.PolicyInput{

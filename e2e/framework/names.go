@@ -12,7 +12,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// Identities and namespaces that mirror a production install (contract §6): the
+// Identities and namespaces that mirror a production install: the
 // host is a ServiceAccount holding exactly the host Role; the operator is a
 // namespace admin; break-glass is a human in a group listed in the
 // FenceConfig.
@@ -70,6 +70,6 @@ const (
 	PolicyCiliumEgress      = "sandbox-fence-cilium-egress"
 	PolicyCiliumOwner       = "sandbox-fence-cilium-owner"
 	// PolicyStrictDelete is installed without a binding; the strict-delete
-	// component adds it (contract §8.4).
+	// component adds it.
 	PolicyStrictDelete = "sandbox-fence-strict-delete"
 )

@@ -9,7 +9,7 @@ import (
 // with the webhook's unit tests.
 type Builder = tst.ObjectWrapper
 
-// MakeSandbox is the host's Sandbox named name in ns (contract §1), ready to
+// MakeSandbox is the host's Sandbox named name in ns, ready to
 // create: the shared fixture without a uid (the API server assigns one) and
 // without the per-sandbox pod label, which a test adds with PodLabel when
 // the Sandbox is to own an egress policy.

@@ -71,7 +71,7 @@ func peerDenial(t testing.TB, p Peer, what string, v Verdict, want []string) {
 	if err := v.deniedBy(p.Source(), want, false); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-	t.Logf("peer-wire: %s answered HTTP %d (contract §8.1 wants 422)", p.Name(), v.Code)
+	t.Logf("peer-wire: %s answered HTTP %d (sandbox-fence denies with 422)", p.Name(), v.Code)
 }
 
 // RequireShipped skips a case that checks the shipped bundle itself (its

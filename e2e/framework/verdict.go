@@ -64,7 +64,7 @@ func (v Verdict) String() string {
 }
 
 // DeniedBy reports whether the write was refused by admission with HTTP 422
-// (contract §8.1: never 403, the host reads 403 as missing RBAC), by a policy or
+// (never 403, which the host reads as missing RBAC), by a policy or
 // webhook whose name contains by, with a message containing every want.
 func (v Verdict) DeniedBy(by string, want ...string) error {
 	if p := currentPeer(); p != nil {
@@ -81,7 +81,7 @@ func (v Verdict) deniedBy(by string, want []string, want422 bool) error {
 		return fmt.Errorf("want a denial by %s, got %s", by, v)
 	}
 	if want422 && v.Code != 422 {
-		return fmt.Errorf("want HTTP 422 (contract §8.1), got %s", v)
+		return fmt.Errorf("want HTTP 422, got %s", v)
 	}
 	for _, w := range want {
 		if !strings.Contains(v.Message, w) {
@@ -111,7 +111,7 @@ func ExpectDenied(t testing.TB, what string, err error, by string, want ...strin
 	}
 }
 
-// decreaseRE is the holder-epoch policy's rule 4 message (contract §3.6):
+// decreaseRE is the holder-epoch policy's message for a lowered epoch:
 // the stored epoch and the one the write carried, both as the policy saw
 // them at admission.
 var decreaseRE = regexp.MustCompile(`holder-epoch: metadata\.annotations\[sandbox\.namzu\.ai/holder-epoch\]: epoch may not decrease from "([0-9]+)" to "([0-9]+)"`)
@@ -178,7 +178,7 @@ type Outcome struct {
 
 // ViolationIn checks the outcome of a write that Deny mode refuses (by a
 // policy or webhook whose name contains by, with every want in the
-// message) against what the enforcement mode implies (contract §9.1):
+// message) against what the enforcement mode implies:
 //   - deny: refused with 422 (DeniedBy);
 //   - warn: admitted, with a warning carrying every want (and, from a
 //     policy, the API server's "Validation failed for

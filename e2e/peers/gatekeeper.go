@@ -18,9 +18,9 @@ var loopback = net.ParseIP("127.0.0.1")
 // Gatekeeper is down) and rules limited to what the fence checks (the
 // release routes every resource of every group to Gatekeeper, which would
 // charge the ConfigMap control workload for it too; limiting it is the
-// peer's best case). DELETE is routed for CiliumNetworkPolicies (contract
-// §4.3 rule 1 holds on DELETE) and for claims and Sandboxes (the orphan
-// rule, contract §4.5).
+// peer's best case). DELETE is routed for CiliumNetworkPolicies (the
+// name-prefix rule holds on DELETE) and for claims and Sandboxes (the orphan
+// rule).
 func gatekeeperWebhookConfig(port int, caPEM []byte) *unstructured.Unstructured {
 	rule := func(group string, versions []string, resource string, ops ...string) map[string]any {
 		return map[string]any{
@@ -50,7 +50,7 @@ func gatekeeperWebhookConfig(port int, caPEM []byte) *unstructured.Unstructured 
 				"key": "admission.gatekeeper.sh/ignore", "operator": "DoesNotExist",
 			}}},
 			"rules": []any{
-				// DELETE and the claims for the orphan rule (contract §4.5).
+				// DELETE and the claims for the orphan rule.
 				rule("agents.x-k8s.io", []string{"v1beta1", "v1alpha1"}, "sandboxes", "CREATE", "UPDATE", "DELETE"),
 				rule("extensions.agents.x-k8s.io", []string{"v1beta1", "v1alpha1"}, "sandboxclaims", "CREATE", "UPDATE", "DELETE"),
 				rule("cilium.io", []string{"v2"}, "ciliumnetworkpolicies", "CREATE", "UPDATE", "DELETE"),

@@ -172,7 +172,7 @@ func TestAPIServerRestart(t *testing.T) {
 	figures.note(sc, "valid probes, by what answered", "%d: %s (first admitted %s after ready)", probeOK+probeRefused, validBy, firstOK.Sub(readyAt).Round(time.Millisecond))
 	figures.note(sc, "invented-owner probes, by what refused", "%d: %s", inventedAdmitted+inventedRefused, inventedBy)
 	figures.atLeast(t, sc, "invented-owner probes refused by the webhook in the restart window", inventedByWebhook, 1)
-	// contract §8.8 item 1: no window after a start. A valid write may
+	// No window after a start: a valid write may
 	// meet an answer that is no verdict (the webhook's informers
 	// reconnecting), never a verdict; an unrelated write nothing at all.
 	figures.note(sc, "unrelated probes (operator CNP, host Sandbox, admin ConfigMap), by what answered", "%d: %s", unrelatedN, unrelatedBy)

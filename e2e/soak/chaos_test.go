@@ -158,7 +158,7 @@ func TestWebhookChaos(t *testing.T) {
 // outageExplains: the answers a webhook outage gives a valid write, and
 // the only ones excused in its window: the API server failing to call it
 // (500, failurePolicy Fail), or the webhook's own 503 while it starts or
-// stops (its FenceConfig cache not synced; contract §8.8). Both are no
+// stops (its FenceConfig cache not synced). Both are no
 // verdict (fence.IsTransient); a 422 in a window is a verdict, and wrong.
 func outageExplains(err error) bool {
 	return callFailed(err) || fence.IsTransient(err)

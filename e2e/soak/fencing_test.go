@@ -36,7 +36,7 @@ const (
 	// rogueEvery: every n-th write of a holder is a raw JSON patch that
 	// sets its epoch WITHOUT the test clause and without the client's
 	// local check, as a host with a broken client would: only the server's
-	// monotonic rule (contract §3.6 rule 4) stands between it and a lowering.
+	// monotonic rule stands between it and a lowering.
 	rogueEvery = 8
 	// maxContentionPer: at most one pkg/fence write in this many may give
 	// up under contention (ErrPatchNotApplied after three attempts while
@@ -216,8 +216,8 @@ func TestFencingSoak(t *testing.T) {
 				case errors.Is(err, fence.ErrPatchNotApplied):
 					// A test clause failed: the stored epoch moved under
 					// the write. Stale iff it moved past this holder.
-					// Otherwise the client used its three attempts (contract
-					// §3.3) while older holders, not fenced off yet because
+					// Otherwise the client used its three attempts while
+					// older holders, not fenced off yet because
 					// this epoch was not stored yet, kept moving the object:
 					// contention, a retryable error, not a verdict.
 					if storedEpoch(ctx, ns, name) > e {
@@ -227,7 +227,7 @@ func TestFencingSoak(t *testing.T) {
 						examples.LoadOrStore("contention", err.Error())
 					}
 				case isDecreaseDenial(err):
-					// contract §3.6 rule 4 refused a lowering on the server.
+					// The monotonic rule refused a lowering on the server.
 					// The denial names the epoch stored when the policy
 					// ran and the one sent: right iff it is this holder's
 					// epoch and the stored one is above it.
@@ -322,7 +322,7 @@ func TestFencingSoak(t *testing.T) {
 	figures.count(t, sc, "admitted writes missing from the watch", missing, true)
 	figures.count(t, sc, "admitted writes that stored another epoch", c.admittedWrongEpoch.Load(), true)
 	figures.count(t, sc, "refusals that were not stale", c.notStale.Load(), true)
-	// Contention is allowed (contract §3.3: a host retries it), but bounded:
+	// Contention is allowed (a host retries it), but bounded:
 	// a client that gave up often would not be fencing, only failing.
 	figures.atMost(t, sc, "gave up after 3 attempts under contention", c.contention.Load(), c.clientWrites.Load()/maxContentionPer)
 	if c.attempted.Load() < fencingWrites {

@@ -30,7 +30,7 @@ import (
 const webhookName = "cilium-egress.fence.sandbox.namzu.ai"
 
 // hostPolicy is the host's own per-sandbox policy: a claim created as the
-// host and its contract §4.1 policy, written through pkg/fence while the webhook
+// host and its per-sandbox policy, written through pkg/fence while the webhook
 // is up. Its merge PATCH (an UPDATE the webhook verifies) is the "valid host
 // write" of the load; the same body with an invented owner uid is the write
 // the webhook must refuse.
@@ -75,8 +75,8 @@ func newHostPolicy(ctx context.Context, t *testing.T) hostPolicy {
 	return hostPolicy{valid: body, name: stored.GetName(), invalid: invalid}
 }
 
-// writeValid is the host's merge PATCH of its own policy (contract §4.1, the
-// 409 path): admitted whenever the webhook can be asked.
+// writeValid is the host's merge PATCH of its own policy (the write after a
+// 409): admitted whenever the webhook can be asked.
 func (h hostPolicy) writeValid(ctx context.Context) error {
 	_, err := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Patch(ctx, h.name, types.MergePatchType, h.valid, metav1.PatchOptions{})
 	return err
@@ -240,7 +240,7 @@ func (l *loadRun) admittedSince(ctx context.Context, t time.Time, timeout time.D
 	return at, err
 }
 
-// webhookRefusal is the webhook's own verdict (contract §8.1 prefix), as the API
+// webhookRefusal is the webhook's own verdict (its family prefix), as the API
 // server relays it.
 func webhookRefusal(err error) bool {
 	msg := err.Error()

@@ -83,7 +83,7 @@ var dims = []dim{
 		}
 		return "(not .Values.networkPolicy.enabled)"
 	}},
-	// The baseline (contract §4.8): on by default wherever the API server
+	// The baseline: on by default wherever the API server
 	// serves Cilium's clusterwide policies, asked of it at install.
 	{"ciliumBaseline", []string{"on", "off"}, func(v string) string {
 		on := "(and .Values.ciliumBaseline.enabled (.Capabilities.APIVersions.Has " + strconv.Quote(CiliumClusterwidePolicyAPI) + "))"

@@ -167,7 +167,7 @@ func runDemo(ctx context.Context, env *framework.Env) (wrong int) {
 				framework.MakeClaim(ns, "demo-claim").PodLabel(fence.DefaultPerSandboxLabelKey, "demo-claim").Obj(), metav1.CreateOptions{})
 			return err
 		}},
-		{what: "host writes the claim's per-sandbox egress policy (contract §4.1 body)", want: "admitted", do: func(ctx context.Context) error {
+		{what: "host writes the claim's per-sandbox egress policy (the contract's body)", want: "admitted", do: func(ctx context.Context) error {
 			cnp, err := env.PerSandboxPolicy(fence.OwnerKindSandboxClaim, claim.GetName(), string(claim.GetUID()), []string{"registry.npmjs.org", ".example.com"})
 			if err != nil {
 				return err
