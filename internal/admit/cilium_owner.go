@@ -24,8 +24,8 @@ var (
 )
 
 // ValidateCiliumOwner checks a bound host's CREATE or UPDATE (old non-nil) of
-// a per-sandbox CiliumNetworkPolicy against the live owner (contract §4.4 items
-// 1-3). The policy CEL admits is only as good as its owner reference: with
+// a per-sandbox CiliumNetworkPolicy against the live owner (contract §4.4
+// items 1-3). The policy CEL admits is only as good as its owner reference: with
 // an invented uid, a stranger's name or a terminating owner, the selector
 // would open egress for pods that are not the sandbox's, and the policy
 // would linger until garbage collection noticed.
