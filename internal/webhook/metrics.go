@@ -1,13 +1,13 @@
 package webhook
 
 import (
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 
+	"github.com/sandbox-fence/sandbox-fence/internal/buildinfo"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 )
 
@@ -82,7 +82,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"mode"})
 	m.namespaces = map[string]bool{}
 	reg.MustRegister(m.decisions, m.lookupSeconds, m.mode,
-		versioncollector.NewCollector("sandbox_fence", versioncollector.WithExtraConstLabels(prometheus.Labels{"version": moduleVersion()})))
+		versioncollector.NewCollector("sandbox_fence", versioncollector.WithExtraConstLabels(prometheus.Labels{"version": buildinfo.Version()})))
 	m.SetMode(enforcement.Deny)
 	return m
 }
@@ -125,14 +125,4 @@ func (m *Metrics) lookup(kind, source, result string, d time.Duration) {
 	if m != nil {
 		m.lookupSeconds.WithLabelValues(kind, source, result).Observe(d.Seconds())
 	}
-}
-
-// moduleVersion is the version Go stamped on the binary's main module: the
-// release tag when built from one, "(devel)" from an untagged tree. The
-// version collector's own default is a linker flag nothing here sets.
-func moduleVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
 }
