@@ -15,7 +15,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -32,22 +34,61 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// fenceCtl runs `kubectl fence args...` as the cluster admin, in process:
-// the same command the plugin binary runs (cmd/kubectl-fence is only
-// fencectl.NewCommand and fencectl.ExitCode), with kubectl's own
-// --kubeconfig and --context flags.
+// readerUser runs every kubectl fence case: a user bound to the shipped
+// read-only ClusterRole alone (config/vap/kubectl-fence-role.yaml), so a
+// read the plugin needs and the role lacks fails the case that makes it.
+const (
+	readerUser    = "e2e-kubectl-fence-reader"
+	readerRole    = "sandbox-fence-kubectl-fence"
+	readerBinding = "sandbox-fence-e2e-kubectl-fence"
+)
+
+// fenceCtl runs `kubectl fence args...` in process as readerUser (the
+// admin's kubeconfig with kubectl's --as): the same command the plugin
+// binary runs (cmd/kubectl-fence is only fencectl.NewCommand and
+// fencectl.ExitCode), with kubectl's own --kubeconfig and --context flags.
 func fenceCtl(t *testing.T, args ...string) (int, string) {
 	t.Helper()
+	bindReader(t)
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := cluster.WriteKubeconfig(kc, env.Configs(), framework.ContextAdmin); err != nil {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
 	cmd := fencectl.NewCommand(fencectl.Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	cmd.SetArgs(append([]string{"--kubeconfig", kc, "--context", framework.ContextAdmin}, args...))
+	cmd.SetArgs(append([]string{"--kubeconfig", kc, "--context", framework.ContextAdmin, "--as", readerUser}, args...))
 	cmd.SetContext(testContext(t))
 	code := fencectl.ExitCode(cmd.Execute(), &errOut)
 	return code, out.String() + errOut.String()
+}
+
+// bindReader binds readerUser to the shipped role, and waits until the API
+// server's authorizer sees the binding (the role comes and goes with the
+// installs of the lifecycle cases).
+func bindReader(t *testing.T) {
+	t.Helper()
+	ctx := testContext(t)
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: readerBinding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: readerRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: readerUser}},
+	}
+	if _, err := env.Admin.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, readerUser+" may list sandboxes", func(ctx context.Context) (bool, string, error) {
+		r, err := env.Admin.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+			User:               readerUser,
+			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "list", Group: fence.SandboxGVR.Group, Resource: fence.SandboxGVR.Resource},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		return r.Status.Allowed, r.Status.Reason, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func auditReport(t *testing.T) (int, *fencectl.AuditReport) {
@@ -322,6 +363,28 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 		t.Fatalf("check fails on the suite's installation: %v", failedChecks(r))
 	}
 	ctx := testContext(t)
+	// version names the cluster's Kubernetes and the installed webhook's image.
+	sv, err := env.Admin.Kube.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On the local control plane the webhook is a process: no image.
+	images := []string{}
+	d, err := env.Admin.Kube.AppsV1().Deployments(framework.WebhookNamespace).Get(ctx, framework.WebhookName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		images = append(images, d.Spec.Template.Spec.Containers[0].Image)
+	case !apierrors.IsNotFound(err):
+		t.Fatal(err)
+	}
+	code, out := fenceCtl(t, "version", "-o", "json")
+	v := &fencectl.VersionReport{}
+	if err := json.Unmarshal([]byte(out), v); code != 0 || err != nil || v.Server == nil {
+		t.Fatalf("kubectl fence version exited %d (%v): %s", code, err, out)
+	}
+	if want := (fencectl.ServerVersion{Kubernetes: sv.GitVersion, WebhookImages: images}); !cmp.Equal(want, *v.Server) {
+		t.Errorf("kubectl fence version: server %+v, want %+v", *v.Server, want)
+	}
 	ar := env.Admin.Kube.AdmissionregistrationV1()
 	repair := framework.PolicyHolderEpochRepair
 	cases := []struct {

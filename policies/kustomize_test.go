@@ -96,6 +96,7 @@ func overlay(t *testing.T, body string) string {
 func TestKustomizeRendersTheBundle(t *testing.T) {
 	want := installed{
 		Objects: []string{
+			"ClusterRole/sandbox-fence-kubectl-fence",
 			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
 			"FenceConfig/sandbox-fence",
 			"ValidatingAdmissionPolicy/sandbox-fence-cilium-egress",
@@ -147,6 +148,7 @@ func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\n")))
 	want := installed{
 		Objects: []string{
+			"ClusterRole/acme-sandbox-fence-kubectl-fence",
 			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
 			"FenceConfig/acme-sandbox-fence",
 			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-egress",

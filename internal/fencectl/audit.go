@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -89,13 +90,27 @@ type AuditReport struct {
 // does not depend on who writes.
 const auditUser = "system:serviceaccount:sandbox-fence-system:kubectl-fence-audit"
 
+// AuditOptions scope an audit.
+type AuditOptions struct {
+	Options
+	// Namespace limits the audit to one namespace; empty audits all.
+	Namespace string
+	// Selector limits the Sandboxes and per-sandbox policies audited to
+	// those whose labels match (kubectl's -l syntax). Owners are read
+	// whatever their labels: a policy's owner need not match its selector.
+	Selector string
+}
+
 // Audit evaluates every Sandbox and every per-sandbox CiliumNetworkPolicy
-// against the installed policies, with the API server's own validating
+// in scope against the installed policies, with the API server's own validating
 // admission policy plugin (internal/vapeval) as if each were created today
 // with the bindings in Deny mode, and runs the webhook's owner checks
 // (internal/admit) on every per-sandbox policy. Nothing is written.
-func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
-	in, err := readInstalled(ctx, c, o)
+func Audit(ctx context.Context, c Clients, o AuditOptions) (*AuditReport, error) {
+	if _, err := labels.Parse(o.Selector); err != nil {
+		return nil, fmt.Errorf("-l %q: %w", o.Selector, err)
+	}
+	in, err := readInstalled(ctx, c, o.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -127,15 +142,15 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 	}
 	defer h.Stop()
 
-	sandboxes, err := listAll(ctx, c, sandboxGVR, "")
+	sandboxes, err := listAll(ctx, c, sandboxGVR, o.Namespace, o.Selector)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := listAll(ctx, c, claimGVR, "")
+	owners, err := listOwners(ctx, c, o.Namespace, sandboxes, o.Selector != "")
 	if err != nil {
 		return nil, err
 	}
-	cnps, err := listAll(ctx, c, cnpGVR, "")
+	cnps, err := listAll(ctx, c, cnpGVR, o.Namespace, o.Selector)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +175,6 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 	if in.config != nil {
 		spec = in.config.Spec
 	}
-	owners := newListedOwners(claims, sandboxes)
 	notOptedIn := map[string]bool{}
 	for i := range cnps {
 		cnp := &cnps[i]
@@ -181,7 +195,11 @@ func Audit(ctx context.Context, c Clients, o Options) (*AuditReport, error) {
 		}
 		report.Findings = append(report.Findings, f...)
 	}
-	report.Findings = append(report.Findings, namespaceFindings(in, nss, notOptedIn)...)
+	for _, f := range namespaceFindings(in, nss, notOptedIn) {
+		if o.Namespace == "" || f.Name == o.Namespace {
+			report.Findings = append(report.Findings, f)
+		}
+	}
 	sort.SliceStable(report.Findings, func(i, j int) bool {
 		a, b := report.Findings[i], report.Findings[j]
 		if a.Kind != b.Kind {
@@ -387,6 +405,22 @@ func namespaceFindings(in *installed, nss map[string]*corev1.Namespace, holdingP
 type listedOwners struct {
 	byKey map[string]*unstructured.Unstructured
 	byNS  map[string][]unstructured.Unstructured
+}
+
+// listOwners reads every owner a per-sandbox policy in scope may name: the
+// claims, and the Sandboxes, listed again without the selector when one
+// narrowed the audited Sandboxes.
+func listOwners(ctx context.Context, c Clients, ns string, sandboxes []unstructured.Unstructured, selected bool) (*listedOwners, error) {
+	claims, err := listAll(ctx, c, claimGVR, ns, "")
+	if err != nil {
+		return nil, err
+	}
+	if selected {
+		if sandboxes, err = listAll(ctx, c, sandboxGVR, ns, ""); err != nil {
+			return nil, err
+		}
+	}
+	return newListedOwners(claims, sandboxes), nil
 }
 
 func newListedOwners(claims, sandboxes []unstructured.Unstructured) *listedOwners {

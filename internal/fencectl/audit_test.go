@@ -22,6 +22,7 @@ import (
 // API server's evaluator answers only "namespace not found" for them; the
 // audit must say what is wrong (the namespace), not call a well-formed
 // epoch malformed, while still judging the objects whose namespace exists.
+// -n and -l narrow what is audited.
 func TestAuditReportsObjectsWhoseNamespaceIsGone(t *testing.T) {
 	pd, err := vapeval.LoadPolicyDir("../../policies/holder-epoch")
 	if err != nil {
@@ -44,26 +45,47 @@ func TestAuditReportsObjectsWhoseNamespaceIsGone(t *testing.T) {
 		sandboxGVR: "SandboxList", claimGVR: "SandboxClaimList", cnpGVR: "CiliumNetworkPolicyList", fenceConfigGVR: "FenceConfigList",
 	}, policy)
 	// The fake guesses "sandboxs" from the kind; store them under their resource.
-	for _, s := range []*unstructured.Unstructured{sandbox("sbx", "kept", "3"), sandbox("sbx", "legacy", "07"), sandbox("gone", "left", "3")} {
+	legacy := sandbox("sbx", "legacy", "07")
+	legacy.SetLabels(map[string]string{"tier": "legacy"})
+	for _, s := range []*unstructured.Unstructured{sandbox("sbx", "kept", "3"), legacy, sandbox("gone", "left", "3")} {
 		if err := dc.Tracker().Create(sandboxGVR, s, s.GetNamespace()); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	r, err := Audit(context.Background(), Clients{Kube: kc, Dynamic: dc}, Options{ConfigName: "sandbox-fence"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{
-		"CiliumNetworkPolicy gone/" + policy.GetName() + " namespace-missing",
-		"Sandbox gone/left namespace-missing",
-		"Sandbox sbx/legacy malformed-annotation",
-	}
-	var got []string
-	for _, f := range r.Findings {
-		got = append(got, f.Kind+" "+f.Namespace+"/"+f.Name+" "+f.Check)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("findings (-want +got):\n%s\nall: %+v", diff, r.Findings)
+	for _, c := range []struct {
+		name string
+		o    AuditOptions
+		want []string
+	}{{
+		name: "every namespace, by default",
+		want: []string{
+			"CiliumNetworkPolicy gone/" + policy.GetName() + " namespace-missing",
+			"Sandbox gone/left namespace-missing",
+			"Sandbox sbx/legacy malformed-annotation",
+		},
+	}, {
+		name: "-n names one namespace",
+		o:    AuditOptions{Namespace: "sbx"},
+		want: []string{"Sandbox sbx/legacy malformed-annotation"},
+	}, {
+		name: "-l narrows the audited objects by label",
+		o:    AuditOptions{Selector: "tier=legacy"},
+		want: []string{"Sandbox sbx/legacy malformed-annotation"},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			c.o.ConfigName = "sandbox-fence"
+			r, err := Audit(context.Background(), Clients{Kube: kc, Dynamic: dc}, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range r.Findings {
+				got = append(got, f.Kind+" "+f.Namespace+"/"+f.Name+" "+f.Check)
+			}
+			if diff := cmp.Diff(c.want, got); diff != "" {
+				t.Errorf("findings (-want +got):\n%s\nall: %+v", diff, r.Findings)
+			}
+		})
 	}
 }

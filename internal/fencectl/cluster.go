@@ -161,9 +161,9 @@ func (in *installed) mode() (enforcement.Mode, string) {
 	return "", strings.Join(parts, "; ")
 }
 
-func listAll(ctx context.Context, c Clients, gvr schema.GroupVersionResource, ns string) ([]unstructured.Unstructured, error) {
+func listAll(ctx context.Context, c Clients, gvr schema.GroupVersionResource, ns, selector string) ([]unstructured.Unstructured, error) {
 	var out []unstructured.Unstructured
-	opts := metav1.ListOptions{Limit: 500}
+	opts := metav1.ListOptions{Limit: 500, LabelSelector: selector}
 	for {
 		l, err := c.Dynamic.Resource(gvr).Namespace(ns).List(ctx, opts)
 		if err != nil {

@@ -84,6 +84,8 @@ type root struct {
 	flags   *kubeconfigFlags
 	opts    Options
 	output  string
+	// selector is audit's -l.
+	selector string
 }
 
 // NewCommand is `kubectl fence` with its three subcommands, using kubectl's
@@ -98,7 +100,8 @@ func NewCommand(streams Streams) *cobra.Command {
   audit           what the installed fence would refuse among the existing Sandboxes
                   and per-sandbox CiliumNetworkPolicies (exit 1 on findings)
   status SANDBOX  one Sandbox's holder epoch, mode, changed-at and per-sandbox policy
-  check           every piece of the installation, naming what is missing (exit 1 on failures)`,
+  check           every piece of the installation, naming what is missing (exit 1 on failures)
+  version         the plugin's build, the cluster's Kubernetes and the installed webhook's image`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -106,7 +109,7 @@ func NewCommand(streams Streams) *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml.")
 	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
 	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
-	cmd.AddCommand(r.audit(), r.status(), r.check())
+	cmd.AddCommand(r.audit(), r.status(), r.check(), r.version())
 	return cmd
 }
 
@@ -127,7 +130,8 @@ func (r *root) clients() (Clients, error) {
 }
 
 func (r *root) audit() *cobra.Command {
-	return &cobra.Command{
+	var all bool
+	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Report what the installed fence would refuse among existing objects (exit 1 on findings)",
 		Long: `Evaluates every Sandbox and every per-sandbox CiliumNetworkPolicy (namzu-sbx-*) in
@@ -136,14 +140,24 @@ server's own evaluator and the bindings taken as Deny whatever mode they run in,
 and runs the webhook's owner checks on every per-sandbox policy. Findings:
 malformed-annotation, oversized-annotation, orphan-finalizer, policy-not-admitted,
 orphaned-policy, owner-label, namespace-not-opted-in, namespace-missing
-(docs/kubectl-fence.md).`,
+(docs/kubectl-fence.md).
+
+Every namespace is audited unless -n names one; -l narrows the Sandboxes and
+per-sandbox policies audited to those whose labels match.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o := AuditOptions{Options: r.opts, Selector: r.selector}
+			if cmd.Flags().Changed("namespace") {
+				if all {
+					return errors.New("-n and -A contradict each other: name one namespace, or audit all of them")
+				}
+				o.Namespace = r.flags.overrides.Context.Namespace
+			}
 			c, err := r.clients()
 			if err != nil {
 				return err
 			}
-			rep, err := Audit(cmd.Context(), c, r.opts)
+			rep, err := Audit(cmd.Context(), c, o)
 			if err != nil {
 				return err
 			}
@@ -156,6 +170,9 @@ orphaned-policy, owner-label, namespace-not-opted-in, namespace-missing
 			return nil
 		},
 	}
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Audit every namespace (the default unless -n names one).")
+	cmd.Flags().StringVarP(&r.selector, "selector", "l", "", "Audit only the Sandboxes and per-sandbox policies whose labels match this selector (kubectl's syntax).")
+	return cmd
 }
 
 func (r *root) status() *cobra.Command {
@@ -209,8 +226,41 @@ and the webhook's configuration, CA bundle and endpoints.`,
 			return nil
 		},
 	}
+	webhookFlags(cmd, &o)
+	cmd.Flags().DurationVar(&o.DialTimeout, "dial-timeout", 5*time.Second, "Bound on the TLS handshake with a webhook reached by URL.")
+	return cmd
+}
+
+// webhookFlags name the installed webhook, for check and version.
+func webhookFlags(cmd *cobra.Command, o *CheckOptions) {
 	cmd.Flags().StringVar(&o.WebhookConfig, "webhook-config", DefaultWebhookConfig, "Name of the ValidatingWebhookConfiguration (and of the webhook Deployment).")
 	cmd.Flags().StringVar(&o.WebhookNamespace, "webhook-namespace", DefaultWebhookNamespace, "Namespace of the webhook Deployment.")
-	cmd.Flags().DurationVar(&o.DialTimeout, "dial-timeout", 5*time.Second, "Bound on the TLS handshake with a webhook reached by URL.")
+}
+
+func (r *root) version() *cobra.Command {
+	var clientOnly bool
+	o := CheckOptions{}
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version, the cluster's Kubernetes version and the installed webhook's image",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var cp *Clients
+			if !clientOnly {
+				c, err := r.clients()
+				if err != nil {
+					return err
+				}
+				cp = &c
+			}
+			rep, err := Version(cmd.Context(), cp, o)
+			if err != nil {
+				return err
+			}
+			return Print(r.streams.Out, r.output, rep, rep.String)
+		},
+	}
+	cmd.Flags().BoolVar(&clientOnly, "client", false, "Print the plugin's version only, without reading the cluster.")
+	webhookFlags(cmd, &o)
 	return cmd
 }

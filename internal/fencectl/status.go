@@ -150,7 +150,7 @@ func (l liveOwners) GetOwner(ctx context.Context, k admit.OwnerKind, ns, name st
 // OwnersLabelled filters a live list: the pod labels are in the owners'
 // specs, which no label selector reaches.
 func (l liveOwners) OwnersLabelled(ctx context.Context, k admit.OwnerKind, ns, key, value string) ([]unstructured.Unstructured, error) {
-	items, err := listAll(ctx, l.c, k.GVK.GroupVersion().WithResource(resourceOf(k)), ns)
+	items, err := listAll(ctx, l.c, k.GVK.GroupVersion().WithResource(resourceOf(k)), ns, "")
 	return k.Labelled(items, key, value), err
 }
 
