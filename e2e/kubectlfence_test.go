@@ -359,7 +359,8 @@ func failedChecks(r *fencectl.CheckReport) []string {
 // restores it, and waits until the fence enforces again.
 func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 	requireShipped(t)
-	if code, r := checkReport(t); code != 0 {
+	// The case before may have changed the FenceConfig and put it back.
+	if code, r, _ := checkUntil(t, nil); code != 0 {
 		t.Fatalf("check fails on the suite's installation: %v", failedChecks(r))
 	}
 	ctx := testContext(t)
@@ -519,27 +520,30 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The controller renders a removed FenceConfig into the
-			// policies within moments; until then check
-			// rightly names the policies too. So check is polled until it
-			// names exactly the missing piece, and must within 30 s.
-			var code int
-			var r *fencectl.CheckReport
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				code, r = checkReport(t)
-				if cmp.Equal(tc.want, failedChecks(r)) || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(250 * time.Millisecond)
-			}
-			if d := cmp.Diff(tc.want, failedChecks(r)); code != 1 || d != "" {
+			if code, r, d := checkUntil(t, tc.want); code != 1 || d != "" {
 				t.Errorf("check exited %d; failed checks (-want +got):\n%s\n%+v", code, d, r.Checks)
 			}
 		})
 	}
-	if code, r := checkReport(t); code != 0 {
+	if code, r, _ := checkUntil(t, nil); code != 0 {
 		t.Errorf("check fails after every piece was restored: %v", failedChecks(r))
+	}
+}
+
+// checkUntil polls check until it fails exactly the checks named in want,
+// for at most 30 s, and returns the last report and its difference from
+// want. The controller renders a changed FenceConfig into the policies
+// within moments; until then check rightly names the policies too.
+func checkUntil(t *testing.T, want []string) (int, *fencectl.CheckReport, string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, r := checkReport(t)
+		d := cmp.Diff(want, failedChecks(r))
+		if d == "" || time.Now().After(deadline) {
+			return code, r, d
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
