@@ -50,7 +50,7 @@ func TestPolicyCasesInEveryMode(t *testing.T) {
 	deny := newHarnesses(t)
 	for _, m := range []enforcement.Mode{enforcement.Warn, enforcement.Audit} {
 		observing := newHarnesses(t)
-		observing.bundle = inMode(bundle, m)
+		observing.s.Bundle = inMode(bundle, m)
 		checked := map[string]int{}
 		for _, dir := range policyDirs(t) {
 			cases, err := vapeval.LoadCases(dir)

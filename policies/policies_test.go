@@ -6,17 +6,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
@@ -98,83 +95,54 @@ func namespaces(t testing.TB) []*corev1.Namespace {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*corev1.Namespace
-	for _, o := range objs {
-		ns := &corev1.Namespace{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, ns); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, ns)
+	nss, err := vapeval.NamespacesOf(objs)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return nss
 }
 
-// harnesses starts one plugin per distinct FenceConfig the cases ask for,
-// with the whole shipped bundle loaded, as on a cluster.
+// suite runs cases with the whole shipped bundle loaded, as on a cluster,
+// under testdata/fenceconfig.yaml and testdata/namespaces.yaml.
+func suite(t testing.TB) *vapeval.Suite {
+	s := &vapeval.Suite{Bundle: loadBundle(t), Defaults: defaultParams(t), CRD: paramCRDs(t)[0], Namespaces: namespaces(t)}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// harnesses hands out the suite's evaluator of a case's configuration.
 type harnesses struct {
-	t       testing.TB
-	bundle  []*vapeval.PolicyDir
-	params  *unstructured.Unstructured
-	nss     []*corev1.Namespace
-	mu      sync.Mutex
-	started map[string]*vapeval.Harness
+	t testing.TB
+	s *vapeval.Suite
 }
 
-func newHarnesses(t testing.TB) *harnesses {
-	h := &harnesses{t: t, bundle: loadBundle(t), params: defaultParams(t), nss: namespaces(t), started: map[string]*vapeval.Harness{}}
-	t.Cleanup(func() {
-		for _, s := range h.started {
-			s.Stop()
-		}
-	})
-	return h
-}
+func newHarnesses(t testing.TB) *harnesses { return &harnesses{t: t, s: suite(t)} }
 
 func (h *harnesses) forParams(p vapeval.CaseParams) *vapeval.Harness {
 	h.t.Helper()
-	c := caseConfig(h.t, h.params, p)
-	key := c.Expression()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s, ok := h.started[key]; ok {
-		return s
-	}
-	s, err := vapeval.Start(context.Background(), vapeval.Env{Policies: vapeval.FailClosed(vapeval.Rendered(h.bundle, c)), Namespaces: h.nss, Resources: vapeval.Resources})
+	s, err := h.s.Harness(context.Background(), p)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.started[key] = s
 	return s
 }
 
 // caseConfig is the configuration a case asks for, as the controller would
-// render it: from the default FenceConfig or the case's spec (served, so
-// with the CRD's defaults), missing, or the shipped placeholder.
+// render it (vapeval.Suite.Config) over defaults.
 func caseConfig(t testing.TB, defaults *unstructured.Unstructured, p vapeval.CaseParams) policyconfig.Config {
 	t.Helper()
-	switch {
-	case p.Unrendered:
-		return policyconfig.Config{State: policyconfig.Unrendered}
-	case p.Absent:
-		return policyconfig.FromFenceConfig(defaults.GetName(), nil)
-	}
-	o := defaults.DeepCopy()
-	if p.Spec != nil { // spec: {} is the shipped empty configuration
-		o.Object["spec"] = runtime.DeepCopyJSONValue(p.Spec)
-		o = served(t, o)
-	}
-	cfg := &fencev1alpha1.FenceConfig{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, cfg); err != nil {
+	c, err := (&vapeval.Suite{Defaults: defaults, CRD: paramCRDs(t)[0]}).Config(p)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return policyconfig.FromFenceConfig(cfg.Name, cfg)
+	return c
 }
 
 // TestPolicyCases runs every policies/<name>/tests/<case>.yaml through the
 // API server's validating admission policy plugin with the whole bundle
 // loaded, and compares the verdict.
 func TestPolicyCases(t *testing.T) {
-	hs := newHarnesses(t)
+	s := suite(t)
 	total := 0
 	for _, dir := range policyDirs(t) {
 		cases, err := vapeval.LoadCases(dir)
@@ -187,7 +155,7 @@ func TestPolicyCases(t *testing.T) {
 		total += len(cases)
 		for _, c := range cases {
 			t.Run(dir+"/"+c.Name(), func(t *testing.T) {
-				v, err := hs.forParams(c.Params).Run(context.Background(), c.Request)
+				v, err := s.Run(context.Background(), c)
 				if err != nil {
 					t.Fatalf("%s: %v", c.File, err)
 				}

@@ -95,13 +95,14 @@ func NewCommand(streams Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubectl fence",
 		Short: "Audit, inspect and check sandbox-fence on a cluster",
-		Long: `kubectl fence reads the cluster with your credentials and writes nothing.
+		Long: `kubectl fence reads the cluster with your credentials and writes nothing; test reads no cluster.
 
   audit           what the installed fence would refuse among the existing Sandboxes
                   and per-sandbox CiliumNetworkPolicies (exit 1 on findings)
   status SANDBOX  one Sandbox's holder epoch, mode, changed-at and per-sandbox policy
   check           every piece of the installation, naming what is missing (exit 1 on failures)
-  version         the plugin's build, the cluster's Kubernetes and the installed webhook's image`,
+  version         the plugin's build, the cluster's Kubernetes and the installed webhook's image
+  test -f CASES   offline: the shipped policies' verdict on each case, against what it expects (exit 1 on a mismatch)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -109,7 +110,7 @@ func NewCommand(streams Streams) *cobra.Command {
 	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml.")
 	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
 	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
-	cmd.AddCommand(r.audit(), r.status(), r.check(), r.version())
+	cmd.AddCommand(r.audit(), r.status(), r.check(), r.version(), r.test())
 	return cmd
 }
 
@@ -262,5 +263,38 @@ func (r *root) version() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&clientOnly, "client", false, "Print the plugin's version only, without reading the cluster.")
 	webhookFlags(cmd, &o)
+	return cmd
+}
+
+func (r *root) test() *cobra.Command {
+	o := TestOptions{}
+	cmd := &cobra.Command{
+		Use:   "test -f CASES...",
+		Short: "Evaluate cases against the shipped policies offline (exit 1 when a verdict is not the one expected)",
+		Long: `Evaluates each case (a request: a host's policy body, a Sandbox patch applied to a stored
+object, a FenceConfig write; the configuration it runs under; and the verdict it expects;
+the format of policies/README.md) with the API server's own validating admission policy
+plugin, against the policies this binary ships (or --policies DIR), and prints each
+verdict with its message. Reads no cluster. Exit codes: 0 every verdict as expected,
+1 a verdict is not, 2 the cases could not be run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep, err := RunTests(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if err := Print(r.streams.Out, r.output, rep, rep.String); err != nil {
+				return err
+			}
+			if rep.Failed > 0 {
+				return errFindings
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVarP(&o.Files, "filename", "f", nil, "Case files, or directories of them (*.yaml); repeat or separate by commas.")
+	cmd.Flags().StringVar(&o.Policies, "policies", "", "A directory of policies (<name>/policy.yaml and its binding) to test instead of the shipped ones.")
+	cmd.Flags().StringVar(&o.Config, "config", "", "A file holding the FenceConfig the cases run under (default: the examples' of policies/testdata).")
+	cmd.Flags().StringVar(&o.Namespaces, "namespaces", "", "A file of the cluster's Namespaces with their labels (default: the examples' of policies/testdata).")
 	return cmd
 }

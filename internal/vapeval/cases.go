@@ -108,12 +108,31 @@ type Expect struct {
 
 // LoadCases reads every tests/*.yaml of a policy directory, sorted by name.
 func LoadCases(dir string) ([]*Case, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "tests", "*.yaml"))
-	if err != nil {
-		return nil, err
+	return LoadCaseFiles(filepath.Join(dir, "tests"))
+}
+
+// LoadCaseFiles reads the cases of every path: a case file, or a directory
+// whose *.yaml are cases, sorted by name. A case's base objects
+// (objectFrom) are bases/<name>.yaml beside its file.
+func LoadCaseFiles(paths ...string) ([]*Case, error) {
+	var files []string
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		in, err := filepath.Glob(filepath.Join(p, "*.yaml"))
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(in)
+		files = append(files, in...)
 	}
-	sort.Strings(files)
-	bases := baseObjects{dir: filepath.Join(dir, "tests", "bases"), read: map[string]map[string]any{}}
+	bases := map[string]baseObjects{}
 	var out []*Case
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -127,7 +146,11 @@ func LoadCases(dir string) ([]*Case, error) {
 		if err := c.check(); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
-		if err := c.Request.resolveBase(bases); err != nil {
+		dir := filepath.Join(filepath.Dir(f), "bases")
+		if _, ok := bases[dir]; !ok {
+			bases[dir] = baseObjects{dir: dir, read: map[string]map[string]any{}}
+		}
+		if err := c.Request.resolveBase(bases[dir]); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		out = append(out, c)

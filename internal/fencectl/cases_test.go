@@ -1,0 +1,59 @@
+package fencectl
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestKubectlFenceTestJudgesEachCase runs `kubectl fence test` as a user
+// would: the shipped cases of one policy pass (exit 0), the same request
+// with the opposite expectation fails with its problem (exit 1), and a
+// case that is not one cannot run (exit 2).
+func TestKubectlFenceTestJudgesEachCase(t *testing.T) {
+	dir := t.TempDir()
+	shipped, err := os.ReadFile("../../policies/holder-epoch/tests/update-lower-denied.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := strings.Replace(string(shipped), "allowed: false", "allowed: true", 1)
+	wrong = wrong[:strings.Index(wrong, "  code:")]
+	for name, body := range map[string]string{"wrong.yaml": wrong, "bad/not-a-case.yaml": "request: {operation: PATCH}\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"the shipped cases pass", []string{"-f", "../../policies/cilium-owner/tests"}, 0, []string{"PASS", " 0 failed."}},
+		{"a verdict other than expected fails", []string{"-f", filepath.Join(dir, "wrong.yaml")}, 1,
+			[]string{"FAIL", "denied (422 Invalid)", "; want admitted", "0 passed, 1 failed."}},
+		{"a file that is no case cannot run", []string{"-f", filepath.Join(dir, "bad")}, 2, []string{"request.operation"}},
+		{"no cases named cannot run", nil, 2, []string{"name case files"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			cmd := NewCommand(Streams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+			cmd.SetArgs(append([]string{"test"}, c.args...))
+			cmd.SetContext(context.Background())
+			if code := ExitCode(cmd.Execute(), &out); code != c.code {
+				t.Errorf("exit %d, want %d:\n%s", code, c.code, out.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}
