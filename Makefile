@@ -111,8 +111,8 @@ upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the t
 # machine that outlasted go test's default 10 minutes (2026-12-01).
 .PHONY: test-unit
 # tools: the tests render config/ with bin/kubectl's kustomize
-# (internal/testing.Kustomize).
-test-unit: testreport upstream-crds tools ## Unit and offline policy tests: go test ./... in the product module and the harness's (no cluster needed).
+# (internal/testing.Kustomize); promtool runs the alerts' rule tests.
+test-unit: testreport upstream-crds tools promtool ## Unit and offline policy tests: go test ./... in the product module and the harness's (no cluster needed).
 	$(call gotest,test-unit,-count=1 -timeout 30m ./...,. $(HARNESS))
 
 .PHONY: fuzz
@@ -160,7 +160,7 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 
 # The modules make test builds (the peers' modules, hack/peers, only make
 # peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
-TIDY_MODULES := . $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/kubernetes $(wildcard hack/tools/kubernetes-versions/v*)
+TIDY_MODULES := . $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/kubernetes hack/tools/promtool $(wildcard hack/tools/kubernetes-versions/v*)
 
 # controller-gen's generators: FenceConfig's deep copy and CRD, from the
 # markers on api/v1alpha1.
@@ -301,6 +301,15 @@ kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER)
 # bin/helm: Helm's own CLI, compiled from the helm.sh/helm/v3 version
 # hack/chart pins (no binary is downloaded); the lifecycle case installs,
 # upgrades and uninstalls the release's chart with it.
+# bin/promtool: Prometheus' promtool, compiled from the version
+# hack/tools/promtool pins (no binary is downloaded), without the service
+# discovery plugins a rule test never uses (remove_all_sd: a third of the
+# compile). TestAlertsPassPromtoolsRuleTests runs the alerts' rule tests.
+.PHONY: promtool
+promtool: ## Build Prometheus' promtool from the Go module proxy (hack/tools/promtool) into bin/promtool.
+	@mkdir -p $(BIN)
+	$(GO) -C hack/tools/promtool build -tags remove_all_sd -o $(BIN)/promtool github.com/prometheus/prometheus/cmd/promtool
+
 .PHONY: helm
 helm: ## Build Helm's CLI from the Go module proxy (the version hack/chart/go.mod pins) into bin/helm.
 	@mkdir -p $(BIN)

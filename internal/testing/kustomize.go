@@ -48,13 +48,19 @@ func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 // kubectl is bin/kubectl of the checkout the test runs in (the pinned
 // release's; e2e/framework.Kubectl picks the suite's chosen release).
 func kubectl() (string, error) {
+	return Tool("kubectl", "the control plane's kubectl: run make tools (it builds it from the Go module proxy, cached in bin/)")
+}
+
+// Tool is the path of bin/<name> in the checkout; why says what it is and
+// which make target builds it, for the error when it is missing.
+func Tool(name, why string) (string, error) {
 	root, err := reporoot.Find()
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(root, "bin", "kubectl")
+	p := filepath.Join(root, "bin", name)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("rendering config/ needs %s, the control plane's kubectl: run make tools (it builds it from the Go module proxy, cached in bin/): %w", p, err)
+		return "", fmt.Errorf("needs %s, %s: %w", p, why, err)
 	}
 	return p, nil
 }

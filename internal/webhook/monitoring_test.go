@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
@@ -179,4 +181,65 @@ func TestBuildInfoIsExported(t *testing.T) {
 		return
 	}
 	t.Errorf("%s is not exported", webhook.BuildInfoMetric)
+}
+
+// TestAlertsPassPromtoolsRuleTests holds the alerts to Prometheus' own
+// tools (promtool, built from the Prometheus module into bin/ by make
+// tools): check rules parses the rendered PrometheusRule's groups with
+// their templates, and test rules runs config/components/monitoring/
+// prometheusrule_test.yaml, in which every alert fires on the series that
+// should raise it and none on a healthy webhook. Annotations other than
+// runbook_url are left out of the tested rules, so the cases need not
+// repeat their prose.
+func TestAlertsPassPromtoolsRuleTests(t *testing.T) {
+	promtool, err := tst.Tool("promtool", "Prometheus' promtool: run make tools (it builds it from the Go module proxy)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	for _, o := range renderMonitoring(t) {
+		if o.GetKind() == "PrometheusRule" {
+			spec, _, _ = unstructured.NestedMap(o.Object, "spec")
+		}
+	}
+	if spec == nil {
+		t.Fatal("the monitoring component renders no PrometheusRule")
+	}
+	dir := t.TempDir()
+	write := func(name string, v any) string {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	run := func(args ...string) {
+		if out, err := exec.CommandContext(t.Context(), promtool, args...).CombinedOutput(); err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("check", "rules", write("full.yaml", spec))
+	for _, g := range spec["groups"].([]any) {
+		for _, r := range g.(map[string]any)["rules"].([]any) {
+			a := r.(map[string]any)["annotations"].(map[string]any)
+			for k := range a {
+				if k != "runbook_url" {
+					delete(a, k)
+				}
+			}
+		}
+	}
+	write("rules.yaml", spec)
+	cases, err := os.ReadFile(filepath.Join(monitoringDir, "prometheusrule_test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheusrule_test.yaml"), cases, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("test", "rules", filepath.Join(dir, "prometheusrule_test.yaml"))
 }
