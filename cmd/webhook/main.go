@@ -1,7 +1,9 @@
 // Command webhook serves sandbox-fence's validating admission webhook: the
-// checks of contract §4.4 items 1-3, which need the live state of other
-// objects and so cannot be ValidatingAdmissionPolicies, and the refusal of
-// bound hosts while the FenceConfig is missing (contract §8.3).
+// owner checks of a per-sandbox CiliumNetworkPolicy (docs/contract.md), which
+// need the live state of other objects and so cannot be
+// ValidatingAdmissionPolicies. While the FenceConfig is missing the webhook
+// is routed nobody, and the egress policy refuses the CiliumNetworkPolicy
+// writes of every ServiceAccount outside kube-system in opted-in namespaces.
 // It is wiring only; the rules are in internal/admit and the admission
 // handlers in internal/webhook.
 package main
@@ -192,8 +194,8 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		CertDir: o.certDir,
 		TLSOpts: o.tlsOpts(),
 	})
-	// Every handler's refusals go through the enforcement mode (contract
-	// §9.1): Events, the audit annotation, and in warn/audit an admission.
+	// Every handler's refusals go through the enforcement mode (deny, warn
+	// or audit): Events, the audit annotation, and in warn/audit an admission.
 	// Wrapped so that responses close their connection while the webhook
 	// drains before a shutdown (drain.go).
 	enforce := func(h admission.Handler, apiVersion, kind string) http.Handler {

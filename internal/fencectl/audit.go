@@ -28,29 +28,35 @@ import (
 // What an audit finding is about (docs/kubectl-fence.md lists them).
 const (
 	// CheckMalformedAnnotation: a Sandbox carries a backend annotation the
-	// holder-epoch policy would refuse to store today (contract §3.6, §2).
+	// holder-epoch policy would refuse to store today: such a value can only
+	// predate the fence, which admits it while a write carries it along
+	// unchanged.
 	CheckMalformedAnnotation = "malformed-annotation"
 	// CheckOversizedAnnotation: a backend annotation over 16384 characters,
-	// refused on create and whenever a write changes its length (contract
-	// §3.6 rule 7 admits it unchanged).
+	// refused on create and whenever a write changes its length (a write
+	// that carries it along unchanged is still admitted, so it can only
+	// predate the fence).
 	CheckOversizedAnnotation = "oversized-annotation"
 	// CheckOrphanFinalizer: a Sandbox in an opted-in namespace carries the
 	// orphan finalizer, so deleting it would leave its per-sandbox policy
-	// behind; the cilium-owner policy refuses it (contract §4.5).
+	// behind, an allowance for whichever sandbox next takes the name; the
+	// cilium-owner policy refuses it.
 	CheckOrphanFinalizer = "orphan-finalizer"
 	// CheckPolicyNotAdmitted: a per-sandbox CiliumNetworkPolicy the egress
-	// policy would refuse from the host bound to its namespace (contract §4.3).
+	// policy would refuse from the host bound to its namespace.
 	CheckPolicyNotAdmitted = "policy-not-admitted"
 	// CheckOrphanedPolicy: a per-sandbox policy without a live owner: no
 	// ownerReference, an owner that does not exist, has another uid, or is
-	// being deleted (contract §4.4 item 1).
+	// being deleted: an invented uid would live until garbage collection
+	// noticed.
 	CheckOrphanedPolicy = "orphaned-policy"
 	// CheckOwnerLabel: the owner exists but does not label its pods as the
-	// selector expects, or its name is no label value (contract §4.4 item 2).
+	// selector expects, or its name is no label value, so the policy's
+	// selector does not pick out the owner's own pods.
 	CheckOwnerLabel = "owner-label"
 	// CheckNamespaceNotOptedIn: a host's namespace, or one holding
 	// per-sandbox policies, lacks the opt-in label, so the fence does not
-	// see policy writes there (contract §8.3).
+	// see policy writes there.
 	CheckNamespaceNotOptedIn = "namespace-not-opted-in"
 	// CheckNamespaceMissing: a Sandbox or per-sandbox policy whose namespace
 	// no longer exists: a namespace deletion finished without removing it.
@@ -282,7 +288,7 @@ func auditPolicy(ctx context.Context, h *vapeval.Harness, spec *fencev1alpha1.Fe
 		out = append(out, Finding{Kind: "CiliumNetworkPolicy", Namespace: cnp.GetNamespace(), Name: cnp.GetName(), Check: check, By: by, Message: msg})
 	}
 	// As the host bound to this namespace would write it: the egress policy
-	// fences bound hosts only (contract §4.3).
+	// fences bound hosts only, so any other identity's evaluation says nothing.
 	if host := hostFor(spec, cnp.GetNamespace()); host != "" {
 		obj := cnp.DeepCopy()
 		obj.SetGroupVersionKind(fence.CiliumNetworkPolicyGVK)

@@ -243,7 +243,8 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 		add("Opted-in namespaces", true, "%s", strings.Join(opted, ", "))
 	}
 
-	// contract §4.8: what keeps a sandbox pod inside its policy.
+	// What keeps a sandbox pod confined even without its own policy: Pod
+	// Security keeps it off the host's network, the baseline policy selects it.
 	checkPodSecurity(in, opted, add)
 	checkBaseline(ctx, c, o, add)
 
@@ -253,7 +254,8 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 }
 
 // PodSecurityLevels are the Pod Security Standards that keep a pod off the
-// host's network, PID and IPC namespaces (contract §4.8 item 4).
+// host's network, PID and IPC namespaces: a pod with hostNetwork is no Cilium
+// endpoint, so no policy would confine it.
 var PodSecurityLevels = []string{"baseline", "restricted"}
 
 // podSecurityEnforce is the label that sets a namespace's enforced level.
@@ -284,7 +286,8 @@ func checkPodSecurity(in *installed, opted []string, add func(string, bool, stri
 }
 
 // BaselineName is the baseline policy config/components/cilium-baseline
-// installs (contract §4.8).
+// installs: it selects every pod of the opted-in namespaces and allows DNS
+// only, so a pod no per-sandbox policy selects reaches nothing else.
 const BaselineName = "sandbox-fence-baseline"
 
 var ccnpGVR = schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumclusterwidenetworkpolicies"}

@@ -75,9 +75,9 @@ func TestCheckComparesTheWebhooksModeWithTheBindings(t *testing.T) {
 	}
 }
 
-// Strict delete is installed unbound (contract §8.4): check requires the
-// policy, accepts the binding's absence, and checks the binding when an
-// admin applied config/vap/components/strict-delete.
+// Strict delete is installed unbound, off until an admin opts in: check
+// requires the policy, accepts the binding's absence, and checks the binding
+// when an admin applied config/vap/components/strict-delete.
 func TestCheckStrictDelete(t *testing.T) {
 	labels := map[string]string{"app.kubernetes.io/name": "sandbox-fence"}
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: PolicyStrictDelete, Labels: labels}}
@@ -241,9 +241,9 @@ func selfSigned(t *testing.T, notAfter time.Time) testCert {
 	return testCert{pem: tst.SelfSignedCAPEM(t, "test", notAfter), notAfter: notAfter}
 }
 
-// contract §4.8: an opted-in namespace that lets a pod onto the host's
-// network, or a cluster without the baseline policy, leaves sandbox pods
-// outside every policy; check names each.
+// An opted-in namespace that lets a pod onto the host's network, or a
+// cluster without the baseline policy, leaves sandbox pods outside every
+// policy; check names each.
 func TestCheckConfinement(t *testing.T) {
 	ns := func(name, level string) *corev1.Namespace {
 		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fence.sandbox.namzu.ai/enabled": "true"}}}

@@ -48,7 +48,8 @@ const (
 	PolicyCiliumEgress      = "sandbox-fence-cilium-egress"
 	PolicyCiliumOwner       = "sandbox-fence-cilium-owner"
 	// PolicyStrictDelete is installed unbound; the opt-in component
-	// config/vap/components/strict-delete binds it (contract §8.4).
+	// config/vap/components/strict-delete binds it, since strict delete is
+	// off unless an admin turns it on.
 	PolicyStrictDelete = "sandbox-fence-strict-delete"
 )
 

@@ -15,7 +15,8 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// Epoch is the holder epoch as a host reads it (contract §3.1).
+// Epoch is the holder epoch as a host reads it: absent, a canonical decimal,
+// or malformed.
 type Epoch struct {
 	// State is Absent, WellFormed or Malformed.
 	State string `json:"state"`
@@ -38,7 +39,8 @@ type EgressPolicy struct {
 	// OwnerChain runs from the policy through its ownerReference to the
 	// Sandbox (a claim's policy: policy, claim, Sandbox).
 	OwnerChain []Link `json:"ownerChain"`
-	// Problems are the owner checks (contract §4.4) that fail today.
+	// Problems are the webhook's owner checks, the ones that need the live
+	// cluster, that fail today.
 	Problems []string `json:"problems"`
 }
 
@@ -94,7 +96,8 @@ func Status(ctx context.Context, c Clients, o Options, namespace, name string) (
 	}
 	lookup := liveOwners{c}
 	// The pool-less path names the policy after the Sandbox; the pooled
-	// path after the claim that owns it (contract §4.1).
+	// path after the claim that owns it, the owner the host names in the
+	// policy's ownerReference.
 	candidates := []*unstructured.Unstructured{sbx}
 	for _, ref := range sbx.GetOwnerReferences() {
 		if ref.Kind != admit.ClaimOwner.GVK.Kind || ref.APIVersion != admit.ClaimOwner.GVK.GroupVersion().String() {

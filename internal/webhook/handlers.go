@@ -56,7 +56,8 @@ func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, erro
 }
 
 // CiliumHandler verifies the owner of a bound host's per-sandbox
-// CiliumNetworkPolicy (contract §4.4 items 1-3). The webhook configuration
+// CiliumNetworkPolicy against the live cluster, which CEL cannot see
+// (admit.ValidateCiliumOwner holds the checks). The webhook configuration
 // routes the bound hosts' writes here, as the controller rendered them from
 // the FenceConfig; a namespace that is not one of the host's is the egress
 // policy's to judge.
@@ -97,7 +98,8 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	case apierrors.IsNotFound(err):
 		// The controller routes nobody here while the FenceConfig is
 		// missing, and the egress policy refuses every ServiceAccount's
-		// writes in opted-in namespaces meanwhile (contract §8.3).
+		// writes in opted-in namespaces meanwhile, so the write is not
+		// let through unfenced.
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed(admit.CiliumFamily.Message("no FenceConfig: the egress policy refuses the write in opted-in namespaces"))
 	case err != nil:
@@ -218,8 +220,8 @@ func decodeOwnerReferences(raw []byte) (*unstructured.Unstructured, error) {
 	return obj, nil
 }
 
-// denial is a 422 Invalid (contract §8.1: never 403, which a host reads as
-// missing RBAC) whose details.causes carry the field paths. The message
+// denial is a 422 Invalid (never 403, which a host reads as missing RBAC)
+// whose details.causes carry the field paths. The message
 // starts with the rule family, and so does every cause: for a 422 with
 // causes kubectl prints only `The <kind> "<name>" is invalid: <field>:
 // <cause>` and drops the message, so each cause says itself which family
@@ -256,7 +258,7 @@ const RetryAfterSeconds = 1
 // verdict on the write, so it is a 503 ServiceUnavailable with
 // details.retryAfterSeconds, which apierrors.IsServiceUnavailable and
 // SuggestsClientDelay recognise and pkg/fence retries (fence.IsTransient);
-// a 422 would read as final (contract §8.1). 503 rather than 500: the
+// a 422 would read as a final verdict on the write. 503 rather than 500: the
 // API server's own answer when it cannot call a webhook is a 500
 // InternalError too, but 503 also says that waiting helps, and names the
 // cause the webhook knows.
