@@ -122,8 +122,8 @@ type FenceConfigSpec struct {
 	PerSandboxLabelKey string `json:"perSandboxLabelKey,omitempty"`
 
 	// BreakGlass are the identities that may repair a malformed holder
-	// epoch (contract §8.5). Default none. Never a host: the schema refuses
-	// a username listed in both.
+	// epoch, which everyone else may only carry along unchanged. Default
+	// none. Never a host: the schema refuses a username listed in both.
 	//
 	// +optional
 	BreakGlass BreakGlass `json:"breakGlass,omitempty"`
@@ -131,14 +131,16 @@ type FenceConfigSpec struct {
 	// StrictDelete, with the binding of config/vap/components/strict-delete,
 	// refuses a bound host's DELETE of a Sandbox whose stored epoch is above
 	// 0, or of any SandboxClaim, unless it carries
-	// preconditions.resourceVersion (contract §8.4). Off by default.
+	// preconditions.resourceVersion, so a stale holder cannot delete a
+	// workspace its successor holds. Off by default.
 	//
 	// +optional
 	StrictDelete bool `json:"strictDelete,omitempty"`
 
 	// UniqueOwnerLabel makes the webhook refuse a per-sandbox policy whose
-	// selector value another claim or Sandbox in the namespace also carries
-	// (contract §4.4 item 3). Off by default.
+	// selector value another claim or Sandbox in the namespace also carries,
+	// since that policy would also open egress for the other's pods. Off by
+	// default: such a write is then admitted with a warning.
 	//
 	// +optional
 	UniqueOwnerLabel bool `json:"uniqueOwnerLabel,omitempty"`
@@ -147,8 +149,8 @@ type FenceConfigSpec struct {
 // Host is one bound host identity.
 type Host struct {
 	// Username is the host's ServiceAccount,
-	// system:serviceaccount:<namespace>:<name> (contract §8.7): the webhook
-	// checks ServiceAccounts only, and never those of kube-system, where the
+	// system:serviceaccount:<namespace>:<name>: the webhook checks
+	// ServiceAccounts only, and never those of kube-system, where the
 	// cluster's controllers run.
 	//
 	// +kubebuilder:validation:MinLength=1

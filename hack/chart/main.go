@@ -393,7 +393,9 @@ replicas: %v
 # leaves the cluster's default.
 priorityClassName: %s
 
-# deny, warn or audit (contract §9.1; internal/enforcement).
+# What a violation does (internal/enforcement): deny refuses it with a 422;
+# warn admits it with the denial as a warning and an audit annotation; audit
+# admits it with the audit annotation only.
 enforcement: deny
 
 webhook:
@@ -403,8 +405,10 @@ webhook:
   # installed; config/webhook/overlays/cert-manager).
   certificates: cert-controller
 
-# Strict delete (contract §8.4): binds sandbox-fence-strict-delete and sets
-# the FenceConfig's spec.strictDelete.
+# Strict delete: binds sandbox-fence-strict-delete and sets the FenceConfig's
+# spec.strictDelete: a bound host's DELETE of a Sandbox holding an epoch, or
+# of any claim, must then carry preconditions.resourceVersion, so a stale
+# holder cannot delete a workspace its successor holds.
 strictDelete:
   enabled: false
 
@@ -415,8 +419,8 @@ strictDelete:
 networkPolicy:
   enabled: false
 
-# The baseline (config/components/cilium-baseline; contract §4.8,
-# docs/install.md, The baseline): every pod in an opted-in namespace reaches
+# The baseline (config/components/cilium-baseline; docs/install.md, The
+# baseline): every pod in an opted-in namespace reaches
 # kube-dns and what its own per-sandbox policy allows, never link-local or
 # metadata addresses. Installed only where the API server serves
 # cilium.io/v2 CiliumClusterwideNetworkPolicy.
