@@ -431,9 +431,10 @@ func adversarialInputs(t *testing.T) []costInput {
 // server-side apply that drops the last entry it owns sends it. From the
 // first case of each policy and operation. TestCELCost requires that no
 // expression errors on them: with failurePolicy Ignore an error would
-// admit (contract §8.8 item 4). Before the holder-epoch policy read a null
-// annotations map as one, an apply dropping a positive epoch was refused
-// with an evaluation error instead of rule 5.
+// admit a write the policy would refuse. Before the holder-epoch policy
+// read a null annotations map as one, an apply dropping a positive epoch
+// was refused with an evaluation error instead of the removal rule's
+// verdict.
 func nullShapes(inputs []costInput) []costInput {
 	var out []costInput
 	seen := map[string]bool{}

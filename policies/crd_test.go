@@ -97,11 +97,10 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 			"hosts": []any{map[string]any{"username": "system:serviceaccount:a:h", "namespaces": []any{"Bad_NS"}}, map[string]any{"username": "system:serviceaccount:a:g"}},
 		}, []string{"spec.hosts[0].namespaces[0]", "spec.hosts[1].namespaces"}},
 		{"a label key that is not a qualified name", map[string]any{"perSandboxLabelKey": "a b"}, []string{"spec.perSandboxLabelKey"}},
-		// contract §4.3 rule 4: labels Cilium derives itself select pods
-		// nobody labelled.
+		// Labels Cilium derives itself select pods nobody labelled.
 		{"a label key Cilium derives: a pod's namespace", map[string]any{"perSandboxLabelKey": "io.kubernetes.pod.namespace"}, []string{"spec.perSandboxLabelKey"}},
 		{"a label key Cilium derives: a policy's name", map[string]any{"perSandboxLabelKey": "io.cilium.k8s.policy.name"}, []string{"spec.perSandboxLabelKey"}},
-		// contract §8.5: break-glass is for a named few.
+		// Break-glass is for a named few.
 		{"break-glass groups everyone or every ServiceAccount is in, and system:masters", map[string]any{
 			"breakGlass": map[string]any{"groups": []any{"system:authenticated", "ops"}},
 		}, []string{"spec.breakGlass.groups"}},
@@ -116,8 +115,8 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 		}, []string{"spec.breakGlass.users[0]"}},
 		// docs/install.md, Limits: the rendering must fit one CEL expression.
 		{"513 namespaces in all", map[string]any{"hosts": manyNamespaces(513)}, []string{"spec.hosts"}},
-		// contract §8.7: the webhook routes only ServiceAccounts outside
-		// kube-system, so the schema refuses every other host identity.
+		// The webhook routes only ServiceAccounts outside kube-system, so
+		// the schema refuses every other host identity.
 		{"hosts that are no ServiceAccount: an x509 user, an OIDC user, a group-like name", map[string]any{
 			"hosts": []any{
 				map[string]any{"username": "sandbox-host", "namespaces": []any{"a"}},

@@ -30,14 +30,15 @@ func sandboxWithEpoch(raw string) map[string]any {
 }
 
 // createWithEpoch is a bound host's CREATE of a Sandbox carrying raw as its
-// holder epoch: the write whose verdict is the grammar alone (contract §3.6
-// rule 1), since nothing is stored yet to compare with.
+// holder epoch: the write whose verdict is the grammar alone, since nothing
+// is stored yet to compare with.
 func createWithEpoch(raw string) vapeval.CaseInput {
 	return vapeval.CaseInput{Operation: "CREATE", User: hostUser, Object: sandboxWithEpoch(raw)}
 }
 
 // removeEpoch is a bound host's UPDATE that removes a stored holder epoch
-// raw: a write that reads the stored value (contract §3.6 rules 5 and 6).
+// raw: a write that reads the stored value (a removal is admitted only
+// from 0, and a malformed value only break-glass may change).
 func removeEpoch(raw string) vapeval.CaseInput {
 	return vapeval.CaseInput{Operation: "UPDATE", User: hostUser, OldObject: sandboxWithEpoch(raw), JSONPatch: []any{
 		map[string]any{"op": "remove", "path": "/metadata/annotations/" + strings.ReplaceAll(fence.AnnotationHolderEpoch, "/", "~1")},
@@ -45,7 +46,8 @@ func removeEpoch(raw string) vapeval.CaseInput {
 }
 
 // deleteWithEpoch is a bound host's unconditional DELETE of a Sandbox whose
-// stored holder epoch is raw (contract §8.4).
+// stored holder epoch is raw: strict delete reads that epoch to decide
+// whether the DELETE needs a precondition.
 func deleteWithEpoch(raw string) vapeval.CaseInput {
 	return vapeval.CaseInput{Operation: "DELETE", User: hostUser, OldObject: sandboxWithEpoch(raw)}
 }
@@ -126,12 +128,12 @@ func FuzzHolderEpochGrammar(f *testing.F) {
 	})
 }
 
-// epochGrammar is the piece every CEL copy of the contract §3.1 grammar
-// holds; the digit bound keeps int() from overflowing before the MaxEpoch
-// comparison.
+// epochGrammar is the piece every CEL copy of the holder-epoch grammar
+// (canonical decimal, at most MaxEpoch) holds; the digit bound keeps int()
+// from overflowing before the MaxEpoch comparison.
 const epochGrammar = `.matches('^(0|[1-9][0-9]{0,15})$')`
 
-// epochCopy is one place a policy writes the contract §3.1 grammar in CEL.
+// epochCopy is one place a policy writes the holder-epoch grammar in CEL.
 // CEL has no user-defined functions and each policy reads the epoch of its
 // own request, so the grammar is written once per policy that reads an
 // epoch, three times (holder-epoch reads the new and the stored value

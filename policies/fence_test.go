@@ -161,7 +161,7 @@ func TestFencePoliciesAreAdmitted(t *testing.T) {
 		params vapeval.CaseParams
 		in     fence.PolicyInput
 	}{
-		{"claim owner with the contract §4.1 hosts", vapeval.CaseParams{}, fence.PolicyInput{
+		{"claim owner with exact names and a subdomain entry", vapeval.CaseParams{}, fence.PolicyInput{
 			Owner: fence.PolicyOwner{Kind: fence.OwnerKindSandboxClaim, Name: "claim-a", UID: "7c9e6679-7425-40de-944b-e07fc1f90ae7"}, Namespace: "sbx",
 			Hosts: []string{"registry.npmjs.org", "example.com", ".example.com"}}},
 		{"sandbox owner, mixed case and duplicates", vapeval.CaseParams{}, fence.PolicyInput{

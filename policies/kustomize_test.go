@@ -143,7 +143,8 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 // TestKustomizeNamePrefixRenamesReferences: an installation renames the
 // policies with namePrefix and every binding follows, and so does the
 // FenceConfig each rendered policy names; the CRD keeps its name (the API server requires <plural>.<group>).
-// The binding stays "<policy name>-binding", which the host looks up (contract §4.1).
+// The binding stays "<policy name>-binding", which the host looks up before
+// writing its policy.
 func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\n")))
 	want := installed{
@@ -212,7 +213,7 @@ func TestKustomizePatchRenamesReferences(t *testing.T) {
 }
 
 // TestStrictDeleteComponentBindsThePolicy: config/vap installs the strict
-// delete policy unbound (contract §8.4, off by default); the component adds
+// delete policy unbound (strict delete is off by default); the component adds
 // exactly its binding, which follows a rename like the others.
 func TestStrictDeleteComponentBindsThePolicy(t *testing.T) {
 	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\ncomponents:\n- "+relTo(t, "../config/vap/components/strict-delete")+"\n")))

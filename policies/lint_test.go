@@ -8,17 +8,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestPolicyConventions holds every shipped policy to contract §8.1 and the
-// shared names: denials are 422 Invalid with a family-prefixed static
-// message (the fallback when a messageExpression fails) and a
-// messageExpression; each binding is "<policy name>-binding" and denies.
-// And to contract §8.8: no policy resolves a parameter (nothing for an API
-// server to map after it starts), each has failurePolicy Ignore and a
+// TestPolicyConventions holds every shipped policy to the shared denial form
+// and names: denials are 422 Invalid (never 403, which a host reads as
+// missing RBAC) with a family-prefixed static message (the fallback when a
+// messageExpression fails) and a messageExpression; each binding is
+// "<policy name>-binding", the name hosts look up, and denies. And to never
+// standing in the cluster's way: no policy resolves a parameter (nothing for
+// an API server to map after it starts), each has failurePolicy Ignore and a
 // namespaceSelector, so that a namespace gone with objects still stored
 // fails only that selector's lookup, which Ignore skips
-// (TestLeftoversOfAVanishedNamespaceStayDeletable shows both matter). (The shipped YAML is the Deny mode;
-// Warn and Audit are kustomize components, held to internal/enforcement's
-// table by TestComponentsApplyTheModeTable.)
+// (TestLeftoversOfAVanishedNamespaceStayDeletable shows both matter). (The
+// shipped YAML is the Deny mode; Warn and Audit are kustomize components,
+// held to internal/enforcement's table by TestComponentsApplyTheModeTable.)
 func TestPolicyConventions(t *testing.T) {
 	for _, p := range loadBundle(t) {
 		pol, b := p.Policy, p.Binding
@@ -40,7 +41,7 @@ func TestPolicyConventions(t *testing.T) {
 		}
 		for i, v := range pol.Spec.Validations {
 			if v.Reason == nil || *v.Reason != metav1.StatusReasonInvalid {
-				t.Errorf("%s: spec.validations[%d].reason must be Invalid (HTTP 422, contract §8.1)", pol.Name, i)
+				t.Errorf("%s: spec.validations[%d].reason must be Invalid (HTTP 422, never 403)", pol.Name, i)
 			}
 			if !strings.HasPrefix(v.Message, prefix) {
 				t.Errorf("%s: spec.validations[%d].message must start with %q: %q", pol.Name, i, prefix, v.Message)
@@ -50,7 +51,7 @@ func TestPolicyConventions(t *testing.T) {
 			}
 		}
 		if b.Name != pol.Name+"-binding" || b.Spec.PolicyName != pol.Name {
-			t.Errorf("binding %s for policy %s: want binding %s-binding naming its policy (contract §4.1)", b.Name, b.Spec.PolicyName, pol.Name)
+			t.Errorf("binding %s for policy %s: want binding %s-binding naming its policy, the name hosts look up", b.Name, b.Spec.PolicyName, pol.Name)
 		}
 		if len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionregistrationv1.Deny {
 			t.Errorf("%s: validationActions must be [Deny], got %v", b.Name, b.Spec.ValidationActions)

@@ -36,7 +36,7 @@ func inMode(bundle []*vapeval.PolicyDir, m enforcement.Mode) []*vapeval.PolicyDi
 
 // TestPolicyCasesInEveryMode runs every case of TestPolicyCases again under
 // the Warn and Audit bundles and checks the verdict each mode implies from
-// the case's Deny verdict (contract §9.1), so no case is written twice:
+// the case's Deny verdict, so no case is written twice:
 //   - nothing is refused;
 //   - a write the policies deny in Deny mode is recorded in the audit log
 //     (validation_failure) with the same message, and, in Warn only, sent

@@ -15,10 +15,11 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// TestLeftoversOfAVanishedNamespaceStayDeletable holds contract §8.8: when a
-// namespace is gone while objects of it are still stored (a namespace
-// finalized by hand, RELIABILITY.md finding 6), nothing the fence ships
-// stops an admin, the garbage collector or a controller from deleting them.
+// TestLeftoversOfAVanishedNamespaceStayDeletable: the fence never stands in
+// the cluster's way, so when a namespace is gone while objects of it are
+// still stored (a namespace finalized by hand, RELIABILITY.md finding 6),
+// nothing the fence ships stops an admin, the garbage collector or a
+// controller from deleting them.
 // An API server reads the request's namespace for every policy that
 // matches and refuses the request with NotFound when it is gone, whatever
 // the failurePolicy; only a lookup made for a namespaceSelector is an error

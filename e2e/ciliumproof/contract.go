@@ -15,7 +15,8 @@ import (
 )
 
 // Subject is the sandbox a per-sandbox policy is for: its namespace, the
-// configured label key and the owner name, the label's value (contract §4.1).
+// configured label key and the owner name, the label's value: the policy
+// selects the pods carrying that label.
 type Subject struct {
 	Namespace string
 	LabelKey  string
@@ -37,9 +38,9 @@ type Finding struct {
 
 func (f Finding) String() string { return f.Where + ": " + f.Detail }
 
-// neverReached are the addresses contract §4.8 says no pod of an opted-in
-// namespace reaches, whatever DNS answers: link-local (the cloud metadata
-// address 169.254.169.254 among them) and AWS's IPv6 metadata address. They
+// neverReached are the addresses the baseline keeps every pod of an
+// opted-in namespace from, whatever DNS answers: link-local (the cloud
+// metadata address 169.254.169.254 among them) and AWS's IPv6 metadata address. They
 // are the baseline's deny prefixes: were the baseline to deny more, its
 // denials of addresses the contract lets a sandbox reach would fail the
 // check as surely as a missing denial.
@@ -60,8 +61,10 @@ func within(addr netip.Addr, prefixes []netip.Prefix) bool {
 
 // The pods of every request. The sandbox is the pod the policy is for; the
 // bystanders are pods no per-sandbox policy is for, each a way a policy
-// could select more than its sandbox (contract §4.3 rule 4), which must
-// reach DNS and nothing else (contract §4.8); the rest are only reached.
+// could select more than its sandbox were its selector anything but the
+// configured key and the owner's name; they must reach DNS and nothing
+// else, what the baseline allows a pod no per-sandbox policy selects. The
+// rest are only reached.
 const (
 	podSandbox = "sandbox"
 	podKubeDNS = "kube-dns"
@@ -125,7 +128,8 @@ var rawAddresses = []string{
 
 // metadataAnswers are the link-local and metadata addresses DNS answers give
 // beside a name's own address: a *.nip.io-style name under an allowed entry
-// resolves to them as easily as any other name (contract §4.2).
+// resolves to them as easily as any other name: the host-name grammar
+// admits any DNS name, so only the baseline's deny keeps them out.
 var metadataAnswers = []string{
 	"169.254.169.254", "::ffff:169.254.169.254", "fe80::a9fe:a9fe", "fd00:ec2::254", "169.254.170.2", "169.254.0.1", "fe80::1",
 }
@@ -160,8 +164,9 @@ var bystanderPeers = []peer{
 	{IP: "8.8.8.8"}, {IP: "10.0.0.1"}, {IP: "169.254.169.254"}, {IP: "fd00:ec2::254"},
 }
 
-// Plan is one request to ciliumreach for a policy (or none), and what
-// contract §4.6 and §4.8 say of each flow it looks up.
+// Plan is one request to ciliumreach for a policy (or none), and what the
+// contract says of each flow it looks up: what the policy's FQDN selectors
+// reach, and what the baseline allows and denies.
 type Plan struct {
 	Request reachRequest
 	// expect holds one expectation per verdict, in the answer's order.
@@ -364,9 +369,9 @@ func orDefault(rules []string) string {
 	return strings.Join(rules, ", ")
 }
 
-// allowlist is a policy's egress as contract §4.6 reads it: each rule that
-// has toFQDNs reaches the names its selectors reach, on the ports its
-// toPorts opens.
+// allowlist is a policy's egress as the contract's FQDN table reads it: each
+// rule that has toFQDNs reaches the names its selectors reach, on the ports
+// its toPorts opens.
 type allowlist []fqdnRule
 
 type fqdnRule struct {
@@ -433,7 +438,7 @@ func readAllowlist(policy map[string]any) (allow allowlist, domains []string, fi
 				fr.reach = append(fr.reach, reach)
 			} else {
 				findings = append(findings, Finding{Where: fmt.Sprintf("spec.egress[%d].toFQDNs[%d]", i, j),
-					Detail: sel.String() + " is no form contract §4.6 describes: what it reaches is not stated"})
+					Detail: sel.String() + " is no form the contract's FQDN table describes: what it reaches is not stated"})
 			}
 			if d := sampleDomain(sel); !slices.Contains(domains, d) {
 				domains = append(domains, d)

@@ -1,22 +1,22 @@
 // Package ciliumproof proves with Cilium's own code what a sandbox pod can
 // reach under every CiliumNetworkPolicy the shipped egress fence admits: a
-// differential property test of generated bodies (the host's body of
-// contract §4.1, then mutations of every field of the CiliumNetworkPolicy
-// schema), each run through the shipped policies, offline, in the API
-// server's own admission plugin (internal/vapeval), then through Cilium
-// v1.20's CiliumNetworkPolicy.Parse and its policy repository.
+// differential property test of generated bodies (the body a host writes, then
+// mutations of every field of the CiliumNetworkPolicy schema), each run through
+// the shipped policies, offline, in the API server's own admission plugin
+// (internal/vapeval), then through Cilium v1.20's CiliumNetworkPolicy.Parse and
+// its policy repository.
 //
 // # The property
 //
-// Under the shipped baseline (config/components/cilium-baseline, contract
-// §4.8) and one admitted per-sandbox policy, the sandbox's pod reaches
+// Under the shipped baseline (config/components/cilium-baseline) and one
+// admitted per-sandbox policy, the sandbox's pod reaches
 //
 //   - an address a DNS answer gave for a name exactly when a toFQDNs selector
-//     of the policy reaches that name (ContractReach: contract §4.6) on a port
-//     the selector's rule opens, and the address is not link-local or a
-//     metadata address (169.254.0.0/16, fe80::/10, fd00:ec2::254,
-//     IPv4-mapped forms included: the baseline's deny prefixes, and no more),
-//     whichever name answered it;
+//     of the policy reaches that name (ContractReach: the contract's FQDN
+//     table) on a port the selector's rule opens, and the address is not
+//     link-local or a metadata address (169.254.0.0/16, fe80::/10,
+//     fd00:ec2::254, IPv4-mapped forms included: the baseline's deny
+//     prefixes, and no more), whichever name answered it;
 //   - kube-dns of its own cluster on port 53, through the DNS proxy;
 //   - and nothing else: no other pod, no reserved identity (world, host,
 //     remote-node, kube-apiserver, health, ingress, ...), no address DNS did
@@ -79,8 +79,8 @@
 // compiles and behaves as Cilium's own tests say: CiliumNetworkPolicy.Parse,
 // whose refusal of an admitted body is a defect of its own (the repository
 // then never sees the body: the sandbox misses its allowlist), and
-// FQDNSelector.ToRegex, which TestFQDNSemantics pins to the table of
-// contract §4.6.
+// FQDNSelector.ToRegex, which TestFQDNSemantics pins to the contract's FQDN
+// table.
 //
 // # Versions
 //

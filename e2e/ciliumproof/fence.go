@@ -26,9 +26,9 @@ const HostUser = "system:serviceaccount:sbx:sandbox-host"
 // instance per label key: a FenceConfig binding HostUser to Namespace
 // (opted in) with that perSandboxLabelKey.
 //
-// The webhook's checks (contract §4.4: the owner exists with that uid and
-// kind, is not being deleted, carries the label) are not run: every owner
-// is taken to be valid, so a verdict here is the VAP's alone.
+// The webhook's checks (the owner exists with that uid and kind, is not
+// being deleted, carries the label) are not run: every owner is taken to be
+// valid, so a verdict here is the VAP's alone.
 type Fence struct {
 	harnesses map[string]*vapeval.Harness
 	// Policies are the policy names loaded.

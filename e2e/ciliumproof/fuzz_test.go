@@ -47,8 +47,8 @@ var (
 // FuzzAdmittedBodies is the long-running form of
 // TestAPodReachesItsAllowlistAndDNSOnly: the fuzzer chooses the host's
 // inputs and the mutations; any admitted body Cilium refuses or under which
-// a pod reaches other than contract §4.6 and §4.8 say, or a host body the
-// fence denies, fails.
+// a pod reaches other than the contract says (its allowlist and DNS), or a
+// host body the fence denies, fails.
 //
 //	cd e2e/ciliumproof && go test -run '^$' -fuzz FuzzAdmittedBodies -fuzztime 1h
 //

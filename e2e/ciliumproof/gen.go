@@ -17,13 +17,13 @@ type Body struct {
 	Object map[string]any
 	// Subject is the sandbox of the body pkg/fence built before mutation.
 	Subject Subject
-	// Hosts are the entries that body was built from (contract §4.2).
+	// Hosts are the host-name entries that body was built from.
 	Hosts []string
 	// Mutations name what was changed, in order; none means the body is
 	// exactly what pkg/fence writes.
 	Mutations []string
 	// Update, when set, makes the request an UPDATE of the unmutated body
-	// (the host's merge-PATCH replacement, contract §4.1); else a CREATE.
+	// (the host's merge-PATCH replacement after a 409); else a CREATE.
 	Update bool
 	// Base is the unmutated body.
 	Base map[string]any
@@ -181,7 +181,7 @@ func (g *Generator) hosts() []string {
 		case 1:
 			out[i] = "." + g.domain(2)
 		case 2:
-			out[i] = strings.ToUpper(g.domain(1)) // the host lowercases (contract §4.2)
+			out[i] = strings.ToUpper(g.domain(1)) // the host lowercases: the fence admits lowercase names only
 		default:
 			out[i] = g.domain(1)
 		}
@@ -754,7 +754,7 @@ var catalogue = []mutation{
 	}),
 }
 
-// narrowingMode rewrites the toFQDNs rules as contract §4.1's optional
+// narrowingMode rewrites the toFQDNs rules as the host's optional
 // narrowing mode: one rule per entry, toPorts 443/TCP with serverNames or
 // rules.dns limited to that entry, or (withBoth) sometimes both, which
 // Cilium v1.20 refuses.
@@ -886,9 +886,9 @@ func addPortExtras(g *Generator, pr map[string]any) {
 	}
 }
 
-// admitCatalogue holds changes within what contract §4.3 admits: other
-// valid values in every place the fence allows a choice, and rearrangements
-// of valid rules. Most bodies built from it are admitted, so the property
+// admitCatalogue holds changes within what the fence admits from a bound
+// host: other valid values in every place the fence allows a choice, and
+// rearrangements of valid rules. Most bodies built from it are admitted, so the property
 // is checked on many admitted shapes.
 var admitCatalogue = []mutation{
 	setAt("valid: metadata.labels", 1, []string{"metadata"}, "labels", constant(map[string]any{"app": "x"})),

@@ -93,7 +93,8 @@ func run(t testing.TB, p *Prover, n int, seed uint64) *Tally {
 	return tally
 }
 
-// hostBody is the body pkg/fence writes for hosts (contract §4.1).
+// hostBody is the body pkg/fence writes for hosts, the one body a bound host
+// sends.
 func hostBody(t testing.TB, hosts ...string) Body {
 	t.Helper()
 	s := Subject{Namespace: namespace, LabelKey: fence.DefaultPerSandboxLabelKey, Owner: "claim-a"}
@@ -117,22 +118,21 @@ var nipAnswers = []dnsAnswer{
 	{Name: "ffff-169-254-169-254.nip.io", IPs: []string{"::ffff:169.254.169.254"}},
 }
 
-// TestAPodReachesItsAllowlistAndDNSOnly is the property of contract §4.6
-// and §4.8, computed with Cilium's own policy repository (ciliumreach):
-// under the shipped baseline and a per-sandbox policy the shipped bundle
-// admits from a bound host, the sandbox's pod reaches an address a DNS
-// answer gave for a name exactly when a selector of its policy reaches that
-// name (ContractReach) on a port the selector's rule opens, and the
-// address is neither denied by the baseline nor link-local or metadata; it
-// reaches kube-dns on port 53 through the DNS proxy, and nothing else: no
-// other pod, no reserved identity, no raw address. Every pod the policy is
-// not for reaches kube-dns on port 53 only. Checked for no per-sandbox
-// policy, for the host's body of contract §4.1 (with and without a
-// *.nip.io entry whose names answer metadata addresses), and for generated
-// bodies (pkg/fence's body for random hosts and owners, mutated in every
-// field of the schema). Every admitted body must also be accepted by
-// Cilium's Parse. Denied bodies under which the pods reach what the
-// contract says are reported, by rule, not failed.
+// TestAPodReachesItsAllowlistAndDNSOnly is the contract's reach property (what
+// FQDN selectors reach, under the baseline), computed with Cilium's own policy
+// repository (ciliumreach): under the shipped baseline and a per-sandbox policy
+// the shipped bundle admits from a bound host, the sandbox's pod reaches an
+// address a DNS answer gave for a name exactly when a selector of its policy
+// reaches that name (ContractReach) on a port the selector's rule opens, and
+// the address is neither denied by the baseline nor link-local or metadata; it
+// reaches kube-dns on port 53 through the DNS proxy, and nothing else: no other
+// pod, no reserved identity, no raw address. Every pod the policy is not for
+// reaches kube-dns on port 53 only. Checked for no per-sandbox policy, for the
+// host's body (with and without a *.nip.io entry whose names answer metadata
+// addresses), and for generated bodies (pkg/fence's body for random hosts and
+// owners, mutated in every field of the schema). Every admitted body must also
+// be accepted by Cilium's Parse. Denied bodies under which the pods reach what
+// the contract says are reported, by rule, not failed.
 func TestAPodReachesItsAllowlistAndDNSOnly(t *testing.T) {
 	p := prover(t, loadBundle(t))
 	p.OverStrict = true
@@ -144,7 +144,7 @@ func TestAPodReachesItsAllowlistAndDNSOnly(t *testing.T) {
 		extra []dnsAnswer
 	}{
 		{name: "no per-sandbox policy"},
-		{name: "the host's body of contract §4.1", body: ptr(hostBody(t, "registry.npmjs.org", ".example.com"))},
+		{name: "the host's body", body: ptr(hostBody(t, "registry.npmjs.org", ".example.com"))},
 		{name: "the host's body with .nip.io, whose names answer metadata addresses",
 			body: ptr(hostBody(t, "registry.npmjs.org", ".example.com", ".nip.io")), extra: nipAnswers},
 	} {
@@ -226,8 +226,8 @@ func TestAPodReachesItsAllowlistAndDNSOnly(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // TestWithoutTheBaselineAnUnselectedPodReachesEverything states what removing
-// the baseline costs (contract §4.8, an admin's act that kubectl fence check
-// reports): Cilium's default enforcement leaves a pod that no policy selects
+// the baseline costs (an admin's act that kubectl fence check reports):
+// Cilium's default enforcement leaves a pod that no policy selects
 // unconfined, so a sandbox whose per-sandbox policy is gone reaches every
 // address, metadata ones included, and every pod. It also keeps the reach
 // property honest: TestAPodReachesItsAllowlistAndDNSOnly's "no per-sandbox
@@ -270,13 +270,13 @@ func TestTheProofCatchesAWeakenedFence(t *testing.T) {
 	for _, tt := range []struct {
 		name, reads string
 	}{
-		{"toFQDNs entries of any form (contract §4.3 rule 7)", "variables.fqdnProblems"},
-		{"any toPorts on a toFQDNs rule (contract §4.3 rule 6)", "variables.fqdnPortProblems"},
-		{"any peer kind in an egress rule (contract §4.3 rule 6)", "variables.ruleProblems"},
-		{"the kube-dns rule's selector and ports (contract §4.3 rule 6)", "variables.dnsRuleProblems"},
-		{"any endpointSelector (contract §4.3 rule 4)", "variables.selectorOK"},
-		{"any spec keys (contract §4.3 rule 5)", "variables.specKeysOK"},
-		{"a second rule list, specs (contract §4.3 rule 5)", "object.specs"},
+		{"toFQDNs entries of any form, not only a host or a *.<domain>", "variables.fqdnProblems"},
+		{"any toPorts on a toFQDNs rule, not only ports, serverNames and rules.dns", "variables.fqdnPortProblems"},
+		{"any peer kind in an egress rule, not only toFQDNs and the kube-dns rule", "variables.ruleProblems"},
+		{"the kube-dns rule's selector and ports, not only kube-dns on 53", "variables.dnsRuleProblems"},
+		{"any endpointSelector, not only the owner's one label", "variables.selectorOK"},
+		{"any spec keys, not only endpointSelector and egress", "variables.specKeysOK"},
+		{"a second rule list, specs, which bypasses every check on spec", "object.specs"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bundle := loadBundle(t)

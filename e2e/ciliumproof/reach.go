@@ -10,7 +10,7 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-// Entry is one host entry of the contract's grammar (contract §4.2), read
+// Entry is one host entry of the contract's host-name grammar, read
 // as a set of names: the bare host, and with Subdomains every name below it
 // too (the leading-dot form).
 type Entry struct {
@@ -77,8 +77,9 @@ func entryOf(host string, subdomains bool) (Entry, bool) {
 // as a disagreement instead of being followed silently.
 var dnsLabel = regexp.MustCompile(`^[-a-z0-9_]+$`)
 
-// ContractReach is what contract §4.6 says an admitted selector lets a
-// sandbox reach, for the two forms the fence admits (contract §4.3 rule 7):
+// ContractReach is what the contract's FQDN table says an admitted selector
+// lets a sandbox reach, for the two forms the fence admits (no other form
+// has a reach anyone stated, so the fence refuses them):
 //
 //   - matchName h (h a host of the grammar): exactly h;
 //   - matchPattern *.d (.d a leading-dot entry of the grammar): every name of

@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/cilium/pkg/policy/api"
 )
 
-// TestFQDNSemantics pins the table of contract §4.6: for each selector, the
+// TestFQDNSemantics pins the contract's FQDN table: for each selector, the
 // names Cilium's own matcher lets it reach and those it does not. The
 // matcher is FQDNSelector.ToRegex, the regexp the agent's name manager
 // registers for a toFQDNs entry, applied to a name as the DNS proxy hands it
@@ -22,7 +22,7 @@ func TestFQDNSemantics(t *testing.T) {
 	tests := []struct {
 		name      string
 		selector  api.FQDNSelector
-		admitted  bool // by the fence (contract §4.3 rule 7)
+		admitted  bool // by the fence: a lowercase matchName, or *.<domain> of two labels or more
 		reaches   []string
 		unreached []string
 	}{
@@ -87,8 +87,9 @@ func TestFQDNSemantics(t *testing.T) {
 					t.Errorf("%s reaches %q (regexp %s)", tt.selector.String(), n, re)
 				}
 			}
-			// The checker's statement of contract §4.6 agrees with the table
-			// for the admitted forms, and knows no reach for the others.
+			// The checker's statement of the contract's FQDN table agrees
+			// with it for the admitted forms, and knows no reach for the
+			// others.
 			reach, described := ContractReach(tt.selector)
 			if described != tt.admitted {
 				t.Fatalf("ContractReach describes %s: %v, want %v", tt.selector.String(), described, tt.admitted)
@@ -131,7 +132,7 @@ func TestTheReachCheckFindsWhatTheContractForbids(t *testing.T) {
 		{"a lone star reaches every name", egressRule(map[string]any{"toFQDNs": []any{map[string]any{"matchPattern": "*"}}}),
 			"Cilium allows"},
 		{"**. reaches deeper than the contract's one label", egressRule(map[string]any{"toFQDNs": []any{map[string]any{"matchPattern": "**.example.com"}}}),
-			"no form contract §4.6 describes"},
+			"no form the contract's FQDN table describes"},
 		{"toEntities world reaches every address", egressRule(map[string]any{"toEntities": []any{"world"}}),
 			"sandbox → 8.8.8.8"},
 		{"toCIDRSet 0.0.0.0/0 reaches public and private addresses", egressRule(map[string]any{"toCIDRSet": []any{map[string]any{"cidr": "0.0.0.0/0"}}}),

@@ -30,7 +30,8 @@ type Outcome struct {
 
 // Defects are what must never happen: an admitted body Cilium refuses, an
 // admitted body under which a pod reaches other than the contract says, a
-// denial that is not the fence's 422 Invalid (contract §8.1).
+// denial that is not the fence's 422 Invalid (a 403 reads to a host as
+// missing RBAC).
 func (o Outcome) Defects() []string {
 	var out []string
 	if len(o.Body.Mutations) == 0 && !o.Verdict.Allowed {
@@ -46,7 +47,7 @@ func (o Outcome) Defects() []string {
 		}
 	case !strings.HasPrefix(o.Verdict.Rule, "not the fence's"):
 		if o.Verdict.Code != 422 || o.Verdict.Reason != "Invalid" {
-			out = append(out, fmt.Sprintf("a fence denial must be 422 Invalid (contract §8.1), got %d %s", o.Verdict.Code, o.Verdict.Reason))
+			out = append(out, fmt.Sprintf("a fence denial must be 422 Invalid, got %d %s", o.Verdict.Code, o.Verdict.Reason))
 		}
 	}
 	return out
