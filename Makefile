@@ -111,8 +111,9 @@ upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the t
 # machine that outlasted go test's default 10 minutes (2026-12-01).
 .PHONY: test-unit
 # tools: the tests render config/ with bin/kubectl's kustomize
-# (internal/testing.Kustomize); promtool runs the alerts' rule tests.
-test-unit: testreport upstream-crds tools promtool ## Unit and offline policy tests: go test ./... in the product module and the harness's (no cluster needed).
+# (internal/testing.Kustomize); promtool runs the alerts' rule tests; krew
+# installs kubectl fence from a release (hack/release).
+test-unit: testreport upstream-crds tools promtool krew ## Unit and offline policy tests: go test ./... in the product module and the harness's (no cluster needed).
 	$(call gotest,test-unit,-count=1 -timeout 30m ./...,. $(HARNESS))
 
 .PHONY: fuzz
@@ -160,7 +161,7 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 
 # The modules make test builds (the peers' modules, hack/peers, only make
 # peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
-TIDY_MODULES := . $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/kubernetes hack/tools/promtool $(wildcard hack/tools/kubernetes-versions/v*)
+TIDY_MODULES := . $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/krew hack/tools/kubernetes hack/tools/promtool $(wildcard hack/tools/kubernetes-versions/v*)
 
 # controller-gen's generators: FenceConfig's deep copy and CRD, from the
 # markers on api/v1alpha1.
@@ -282,7 +283,7 @@ VERSION ?=
 RELEASE_IMAGE ?= ghcr.io/sandbox-fence/sandbox-fence-webhook
 
 .PHONY: release
-release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, SHA256SUMS (VERSION=vX.Y.Z, RELEASE_IMAGE).
+release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, kubectl fence archives and their krew manifest, SHA256SUMS (VERSION=vX.Y.Z, RELEASE_IMAGE).
 	@if [ -z "$(VERSION)" ]; then echo "make release: set VERSION=vX.Y.Z (the tag being released)" >&2; exit 2; fi
 	$(call harness,hack,./release) -version $(VERSION) -image $(RELEASE_IMAGE) -out dist
 
@@ -309,6 +310,13 @@ kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER)
 promtool: ## Build Prometheus' promtool from the Go module proxy (hack/tools/promtool) into bin/promtool.
 	@mkdir -p $(BIN)
 	$(GO) -C hack/tools/promtool build -tags remove_all_sd -o $(BIN)/promtool github.com/prometheus/prometheus/cmd/promtool
+
+# bin/krew: kubectl's plugin manager, compiled from the version
+# hack/tools/krew pins; the release test installs kubectl fence with it.
+.PHONY: krew
+krew: ## Build krew from the Go module proxy (hack/tools/krew) into bin/krew.
+	@mkdir -p $(BIN)
+	$(GO) -C hack/tools/krew build -o $(BIN)/krew sigs.k8s.io/krew/cmd/krew
 
 .PHONY: helm
 helm: ## Build Helm's CLI from the Go module proxy (the version hack/chart/go.mod pins) into bin/helm.

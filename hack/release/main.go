@@ -16,6 +16,8 @@
 //   - webhook.spdx.json: an SPDX 2.3 SBOM of the webhook binary from its
 //     own build information (main module and every dependency, with
 //     versions and go.sum hashes);
+//   - kubectl-fence_<os>_<arch>.tar.gz for each of PluginPlatforms, and
+//     kubectl-fence.yaml, their krew manifest (docs/kubectl-fence.md);
 //   - SHA256SUMS over all of them.
 //
 // Two runs over the same commit write the same bytes: binaries are built
@@ -69,6 +71,11 @@ func Files(chartVersion string) []string {
 		"baseline.yaml",
 		"fenceconfig.yaml",
 		"install.yaml",
+		"kubectl-fence.yaml",
+		"kubectl-fence_darwin_amd64.tar.gz",
+		"kubectl-fence_darwin_arm64.tar.gz",
+		"kubectl-fence_linux_amd64.tar.gz",
+		"kubectl-fence_linux_arm64.tar.gz",
 		"sandbox-fence-" + chartVersion + ".tgz",
 		"webhook-image.oci.tar",
 		"webhook.spdx.json",
@@ -76,10 +83,11 @@ func Files(chartVersion string) []string {
 }
 
 type options struct {
-	Version string // vX.Y.Z
-	Image   string // repository, without tag or digest
-	Out     string // directory written
-	Root    string // repository checkout
+	Version     string // vX.Y.Z
+	Image       string // repository, without tag or digest
+	Out         string // directory written
+	Root        string // repository checkout
+	DownloadURL string // where the plugin's archives are published, per version
 }
 
 func main() {
@@ -88,6 +96,7 @@ func main() {
 	flag.StringVar(&o.Image, "image", DefaultImage, "Image repository the index is pushed to; install.yaml pins it by digest.")
 	flag.StringVar(&o.Out, "out", "dist", "Directory to write the release into (replaced).")
 	flag.StringVar(&o.Root, "root", ".", "Repository checkout.")
+	flag.StringVar(&o.DownloadURL, "download-url", DefaultDownloadURL, "URL under which <version>/<archive> of kubectl fence is published (the krew manifest names it).")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
@@ -188,6 +197,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "webhook.spdx.json"), sbom, 0o644); err != nil {
+		return err
+	}
+	downloadURL := o.DownloadURL
+	if downloadURL == "" {
+		downloadURL = DefaultDownloadURL
+	}
+	if err := writePlugin(ctx, root, work, out, o.Version, downloadURL, env, when); err != nil {
 		return err
 	}
 	sums, err := sha256sums(out)

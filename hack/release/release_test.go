@@ -7,15 +7,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"debug/buildinfo"
+	"debug/elf"
+	"debug/macho"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -123,7 +127,9 @@ func TestReleaseIsReproducible(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(sums[0]), "\n") {
 		names = append(names, strings.Fields(line)[1])
 	}
-	want := []string{"baseline.yaml", "fenceconfig.yaml", "install.yaml", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
+	want := []string{"baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence.yaml",
+		"kubectl-fence_darwin_amd64.tar.gz", "kubectl-fence_darwin_arm64.tar.gz", "kubectl-fence_linux_amd64.tar.gz",
+		"kubectl-fence_linux_arm64.tar.gz", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
 	if !slices.Equal(names, want) {
 		t.Errorf("release files %v, want %v", names, want)
 	}
@@ -446,4 +452,83 @@ func TestReleaseChart(t *testing.T) {
 	if !slices.Equal(rendered, []string{ref}) {
 		t.Errorf("helm template %s runs images %v, want [%s] (install.yaml's)", filepath.Base(pkg), rendered, ref)
 	}
+}
+
+// TestKrewInstallsThePluginFromTheRelease installs kubectl fence as an admin
+// would, with krew (built from its module into bin/ by make krew), from the
+// release's manifest and the archive of this machine's platform: krew checks
+// the manifest and the archive's SHA-256, and the installed plugin must
+// report the release's version. Every archive must hold an executable for
+// its own platform and the LICENSE.
+func TestKrewInstallsThePluginFromTheRelease(t *testing.T) {
+	dist := release(t)
+	krew, err := filepath.Abs("../../bin/krew")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(krew); err != nil {
+		t.Fatalf("%v: run make krew (it builds krew from the Go module proxy)", err)
+	}
+	here := runtime.GOOS + "/" + runtime.GOARCH
+	if !slices.Contains(PluginPlatforms, here) {
+		t.Fatalf("this machine's platform %s is none the plugin is released for (%v)", here, PluginPlatforms)
+	}
+	root, home := t.TempDir(), t.TempDir()
+	install := exec.CommandContext(t.Context(), krew, "install",
+		"--manifest="+filepath.Join(dist, PluginManifest), "--archive="+filepath.Join(dist, PluginArchive(here)))
+	install.Env = append(os.Environ(), "KREW_ROOT="+root, "HOME="+home)
+	install.Stdin = strings.NewReader("")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("krew install: %v\n%s", err, out)
+	}
+	out, err := exec.CommandContext(t.Context(), filepath.Join(root, "bin", "kubectl-fence"), "version", "--client", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("the installed kubectl-fence version: %v", err)
+	}
+	var v struct {
+		Client struct{ Version, Platform string }
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.Client.Version != testVersion || v.Client.Platform != here {
+		t.Errorf("the installed plugin reports %s (%v), want version %s on %s", out, err, testVersion, here)
+	}
+
+	for _, p := range PluginPlatforms {
+		files := map[string][]byte{}
+		gz, err := gzip.NewReader(bytes.NewReader(readFile(t, dist, PluginArchive(p))))
+		if err != nil {
+			t.Fatalf("%s: %v", PluginArchive(p), err)
+		}
+		tr := tar.NewReader(gz)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", PluginArchive(p), err)
+			}
+			b, _ := io.ReadAll(tr)
+			files[h.Name] = b
+			if h.Name == "kubectl-fence" && h.Mode&0o111 == 0 {
+				t.Errorf("%s: kubectl-fence is not executable (mode %o)", PluginArchive(p), h.Mode)
+			}
+		}
+		if got := slices.Sorted(maps.Keys(files)); !slices.Equal(got, []string{"LICENSE", "kubectl-fence"}) {
+			t.Errorf("%s holds %v, want LICENSE and kubectl-fence", PluginArchive(p), got)
+		}
+		if got := executablePlatform(files["kubectl-fence"]); got != p {
+			t.Errorf("%s: kubectl-fence is an executable for %q, want %s", PluginArchive(p), got, p)
+		}
+	}
+}
+
+// executablePlatform reads os/arch from an ELF or Mach-O header.
+func executablePlatform(b []byte) string {
+	if f, err := elf.NewFile(bytes.NewReader(b)); err == nil {
+		return map[elf.Machine]string{elf.EM_X86_64: "linux/amd64", elf.EM_AARCH64: "linux/arm64"}[f.Machine]
+	}
+	if f, err := macho.NewFile(bytes.NewReader(b)); err == nil {
+		return map[macho.Cpu]string{macho.CpuAmd64: "darwin/amd64", macho.CpuArm64: "darwin/arm64"}[f.Cpu]
+	}
+	return ""
 }

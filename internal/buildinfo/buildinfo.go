@@ -4,10 +4,17 @@ package buildinfo
 
 import "runtime/debug"
 
-// Version is the version Go stamped on the binary's main module: the
-// release tag when built from one (go install ...@v0.1.0, make release),
-// "(devel)" from an untagged tree. Nothing here sets a linker flag.
+// version is set by make release (-ldflags -X), which builds from a
+// checkout, where Go stamps no module version.
+var version string
+
+// Version is the release the binary was built from: the one make release
+// set, else the version Go stamped on the main module (go install
+// ...@v0.1.0), else "(devel)".
 func Version() string {
+	if version != "" {
+		return version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
