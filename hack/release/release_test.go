@@ -14,6 +14,8 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -455,11 +457,12 @@ func TestReleaseChart(t *testing.T) {
 }
 
 // TestKrewInstallsThePluginFromTheRelease installs kubectl fence as an admin
-// would, with krew (built from its module into bin/ by make krew), from the
-// release's manifest and the archive of this machine's platform: krew checks
-// the manifest and the archive's SHA-256, and the installed plugin must
-// report the release's version. Every archive must hold an executable for
-// its own platform and the LICENSE.
+// would, with krew (built from its module into bin/ by make krew), from a
+// krew index: a local git repository holding the release's manifest as
+// plugins/fence.yaml, its archive URLs pointed at a local server of the
+// release's files. krew checks the manifest and each archive's SHA-256, and
+// the installed plugin must report the release's version. Every archive
+// must hold an executable for its own platform and the LICENSE.
 func TestKrewInstallsThePluginFromTheRelease(t *testing.T) {
 	dist := release(t)
 	krew, err := filepath.Abs("../../bin/krew")
@@ -473,13 +476,27 @@ func TestKrewInstallsThePluginFromTheRelease(t *testing.T) {
 	if !slices.Contains(PluginPlatforms, here) {
 		t.Fatalf("this machine's platform %s is none the plugin is released for (%v)", here, PluginPlatforms)
 	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(dist)))
+	defer srv.Close()
+	index := t.TempDir()
+	manifest := strings.ReplaceAll(string(readFile(t, dist, PluginManifest)), DefaultDownloadURL+testVersion+"/", srv.URL+"/")
+	if err := os.MkdirAll(filepath.Join(index, "plugins"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(index, "plugins", "fence.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	root, home := t.TempDir(), t.TempDir()
-	install := exec.CommandContext(t.Context(), krew, "install",
-		"--manifest="+filepath.Join(dist, PluginManifest), "--archive="+filepath.Join(dist, PluginArchive(here)))
-	install.Env = append(os.Environ(), "KREW_ROOT="+root, "HOME="+home)
-	install.Stdin = strings.NewReader("")
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Fatalf("krew install: %v\n%s", err, out)
+	env := append(os.Environ(), "KREW_ROOT="+root, "HOME="+home, "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+	for _, args := range [][]string{
+		{"git", "-C", index, "init", "-q"}, {"git", "-C", index, "add", "."}, {"git", "-C", index, "commit", "-qm", "index"},
+		{krew, "index", "add", "local", index}, {krew, "install", "local/fence"},
+	} {
+		cmd := exec.CommandContext(t.Context(), args[0], args[1:]...)
+		cmd.Env, cmd.Stdin = env, strings.NewReader("")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
 	out, err := exec.CommandContext(t.Context(), filepath.Join(root, "bin", "kubectl-fence"), "version", "--client", "-o", "json").Output()
 	if err != nil {
