@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,34 +63,42 @@ func fenceCtl(t *testing.T, args ...string) (int, string) {
 	return code, out.String() + errOut.String()
 }
 
-// bindReader binds readerUser to the shipped role, and waits until the API
-// server's authorizer sees the binding (the role comes and goes with the
-// installs of the lifecycle cases).
+// bindReader binds readerUser to the shipped role once, and waits until the
+// API server's authorizer lets readerUser list Sandboxes: right after the
+// binding is created, and after an install that put the role back.
 func bindReader(t *testing.T) {
 	t.Helper()
 	ctx := testContext(t)
-	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: readerBinding},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: readerRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: readerUser}},
-	}
-	if _, err := env.Admin.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	err := framework.Eventually(ctx, time.Minute, 200*time.Millisecond, readerUser+" may list sandboxes", func(ctx context.Context) (bool, string, error) {
-		r, err := env.Admin.Kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-			User:               readerUser,
-			ResourceAttributes: &authzv1.ResourceAttributes{Verb: "list", Group: fence.SandboxGVR.Group, Resource: fence.SandboxGVR.Resource},
-		}}, metav1.CreateOptions{})
-		if err != nil {
-			return false, "", err
+	readerOnce.Do(func() {
+		crb := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: readerBinding},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: readerRole},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: readerUser}},
 		}
-		return r.Status.Allowed, r.Status.Reason, nil
+		if _, err := env.Admin.Kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			readerErr = err
+			return
+		}
+		cfg, err := framework.Impersonating(env.Admin.Config)(readerUser, nil)
+		if err != nil {
+			readerErr = err
+			return
+		}
+		reader, readerErr = framework.NewIdentity(readerUser, readerUser, nil, cfg)
 	})
-	if err != nil {
+	if readerErr != nil {
+		t.Fatal(readerErr)
+	}
+	if err := env.WaitAllowed(ctx, reader, authzv1.ResourceAttributes{Verb: "list", Group: fence.SandboxGVR.Group, Resource: fence.SandboxGVR.Resource}); err != nil {
 		t.Fatal(err)
 	}
 }
+
+var (
+	readerOnce sync.Once
+	reader     *framework.Identity
+	readerErr  error
+)
 
 func auditReport(t *testing.T) (int, *fencectl.AuditReport) {
 	t.Helper()
@@ -534,17 +543,16 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 // for at most 30 s, and returns the last report and its difference from
 // want. The controller renders a changed FenceConfig into the policies
 // within moments; until then check rightly names the policies too.
-func checkUntil(t *testing.T, want []string) (int, *fencectl.CheckReport, string) {
+func checkUntil(t *testing.T, want []string) (code int, r *fencectl.CheckReport, diff string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, r := checkReport(t)
-		d := cmp.Diff(want, failedChecks(r))
-		if d == "" || time.Now().After(deadline) {
-			return code, r, d
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	// The difference is the caller's to report, so a timeout is not an error here.
+	_ = framework.Eventually(testContext(t), 30*time.Second, 250*time.Millisecond, "kubectl fence check fails exactly the expected checks",
+		func(context.Context) (bool, string, error) {
+			code, r = checkReport(t)
+			diff = cmp.Diff(want, failedChecks(r))
+			return diff == "", diff, nil
+		})
+	return code, r, diff
 }
 
 // replaceCABundles sets every webhook's caBundle in the configuration to

@@ -14,13 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/cel/environment"
 
+	"github.com/sandbox-fence/sandbox-fence/config"
 	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
-const fenceConfigCRD = "../config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml"
+const fenceConfigCRD = "../config/" + config.FenceConfigCRD
 
 // TestCRDsAreValid: the test CRDs (and the FenceConfig CRD) pass the API
 // server's CRD validation, so the end-to-end control plane accepts them.

@@ -72,11 +72,11 @@ func TestHolderEpochGrammarCorpus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := newHarnesses(t)
+	s := suite(t)
 	for _, e := range corpus {
 		c := epochCase(e)
 		t.Run(e.Why, func(t *testing.T) {
-			v, err := hs.forParams(c.Params).Run(context.Background(), c.Request)
+			v, err := s.Run(context.Background(), c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func FuzzHolderEpochGrammar(f *testing.F) {
 	for _, e := range corpus {
 		f.Add(e.Raw)
 	}
-	h := newHarnesses(f).forParams(vapeval.CaseParams{})
+	h := harness(f, suite(f), vapeval.CaseParams{})
 	probes := startEpochProbes(f)
 	f.Fuzz(func(t *testing.T, raw string) {
 		raw = strings.ToValidUTF8(raw, "\uFFFD")

@@ -89,8 +89,7 @@ func TestFencePatchesAreAdmitted(t *testing.T) {
 				return fence.PatchInput{Read: r, Mode: fence.ModeSuspended, ChangedAt: changedAt}
 			}},
 	}
-	hs := newHarnesses(t)
-	h := hs.forParams(vapeval.CaseParams{})
+	h := harness(t, suite(t), vapeval.CaseParams{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ops, err := fence.BuildHolderEpochPatch(tt.input(fence.ReadHolderEpoch(tt.old)))
@@ -174,14 +173,14 @@ func TestFencePoliciesAreAdmitted(t *testing.T) {
 			"hosts": []any{map[string]any{"username": hostUser, "namespaces": []any{"sbx"}}}, "perSandboxLabelKey": "example.com/egress"}},
 			fence.PolicyInput{Owner: fence.PolicyOwner{Kind: fence.OwnerKindSandboxClaim, Name: "claim-b", UID: "u2"}, Namespace: "sbx", LabelKey: "example.com/egress", Hosts: []string{"example.org"}}},
 	}
-	hs := newHarnesses(t)
+	s := suite(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj, err := fence.BuildPerSandboxPolicy(tt.in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := hs.forParams(tt.params)
+			h := harness(t, s, tt.params)
 			req := vapeval.Request{Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK),
 				Namespace: tt.in.Namespace, Name: obj.GetName(), Object: obj, User: &user.DefaultInfo{Name: hostUser}}
 			if err := h.Validate(context.Background(), req); err != nil {

@@ -47,10 +47,10 @@ func inMode(bundle []*vapeval.PolicyDir, m enforcement.Mode) []*vapeval.PolicyDi
 //   - the policies' own audit annotations are those of Deny mode.
 func TestPolicyCasesInEveryMode(t *testing.T) {
 	bundle := loadBundle(t)
-	deny := newHarnesses(t)
+	deny := suite(t)
 	for _, m := range []enforcement.Mode{enforcement.Warn, enforcement.Audit} {
-		observing := newHarnesses(t)
-		observing.s.Bundle = inMode(bundle, m)
+		observing := suite(t)
+		observing.Bundle = inMode(bundle, m)
 		checked := map[string]int{}
 		for _, dir := range policyDirs(t) {
 			cases, err := vapeval.LoadCases(dir)
@@ -64,8 +64,8 @@ func TestPolicyCasesInEveryMode(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					want := deny.forParams(c.Params).Evaluate(ctx, req)
-					got := observing.forParams(c.Params).Evaluate(ctx, req)
+					want := harness(t, deny, c.Params).Evaluate(ctx, req)
+					got := harness(t, observing, c.Params).Evaluate(ctx, req)
 					if got.Err != nil {
 						t.Fatalf("%s: refused in %s mode: %v", c.File, m, got.Err)
 					}

@@ -110,21 +110,14 @@ func suite(t testing.TB) *vapeval.Suite {
 	return s
 }
 
-// harnesses hands out the suite's evaluator of a case's configuration.
-type harnesses struct {
-	t testing.TB
-	s *vapeval.Suite
-}
-
-func newHarnesses(t testing.TB) *harnesses { return &harnesses{t: t, s: suite(t)} }
-
-func (h *harnesses) forParams(p vapeval.CaseParams) *vapeval.Harness {
-	h.t.Helper()
-	s, err := h.s.Harness(context.Background(), p)
+// harness is s's evaluator of the configuration p asks for.
+func harness(t testing.TB, s *vapeval.Suite, p vapeval.CaseParams) *vapeval.Harness {
+	t.Helper()
+	h, err := s.Harness(context.Background(), p)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return s
+	return h
 }
 
 // caseConfig is the configuration a case asks for, as the controller would

@@ -8,8 +8,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,12 +56,9 @@ func writePlugin(ctx context.Context, root, work, out, version, downloadURL stri
 	for _, p := range PluginPlatforms {
 		goos, goarch, _ := strings.Cut(p, "/")
 		bin := filepath.Join(work, "kubectl-fence-"+goos+"-"+goarch)
-		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
-			"-ldflags=-s -w -X "+versionFlag+"="+version, "-o", bin, "./cmd/kubectl-fence")
-		build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-		build.Env = append(env, "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building kubectl-fence for %s: %w", p, err)
+		if err := goRun(ctx, root, slices.Concat(env, []string{"GOOS=" + goos, "GOARCH=" + goarch, "CGO_ENABLED=0"}),
+			"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -X "+versionFlag+"="+version, "-o", bin, "./cmd/kubectl-fence"); err != nil {
+			return err
 		}
 		exe, err := os.ReadFile(bin)
 		if err != nil {

@@ -369,33 +369,44 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 // chartFiles reads the packaged chart: path under sandbox-fence/ → content.
 func chartFiles(t *testing.T, pkg string) map[string][]byte {
 	t.Helper()
-	f, err := os.Open(pkg)
+	out := map[string][]byte{}
+	untar(t, pkg, func(h *tar.Header, body []byte) {
+		name, ok := strings.CutPrefix(h.Name, "sandbox-fence/")
+		if !ok {
+			t.Errorf("%s: entry %q outside sandbox-fence/, where helm install looks", pkg, h.Name)
+			return
+		}
+		out[name] = body
+	})
+	return out
+}
+
+// untar calls each with every entry of the gzip-compressed tar archive.
+func untar(t *testing.T, archive string, each func(h *tar.Header, body []byte)) {
+	t.Helper()
+	f, err := os.Open(archive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	zr, err := gzip.NewReader(f)
 	if err != nil {
-		t.Fatalf("%s: %v", pkg, err)
+		t.Fatalf("%s: %v", archive, err)
 	}
 	tr := tar.NewReader(zr)
-	out := map[string][]byte{}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return out
+			return
 		}
 		if err != nil {
-			t.Fatalf("%s: %v", pkg, err)
+			t.Fatalf("%s: %v", archive, err)
 		}
-		name, ok := strings.CutPrefix(h.Name, "sandbox-fence/")
-		if !ok {
-			t.Errorf("%s: entry %q outside sandbox-fence/, where helm install looks", pkg, h.Name)
-			continue
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatalf("%s: %v", archive, err)
 		}
-		if out[name], err = io.ReadAll(tr); err != nil {
-			t.Fatal(err)
-		}
+		each(h, body)
 	}
 }
 
@@ -511,25 +522,12 @@ func TestKrewInstallsThePluginFromTheRelease(t *testing.T) {
 
 	for _, p := range PluginPlatforms {
 		files := map[string][]byte{}
-		gz, err := gzip.NewReader(bytes.NewReader(readFile(t, dist, PluginArchive(p))))
-		if err != nil {
-			t.Fatalf("%s: %v", PluginArchive(p), err)
-		}
-		tr := tar.NewReader(gz)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", PluginArchive(p), err)
-			}
-			b, _ := io.ReadAll(tr)
-			files[h.Name] = b
+		untar(t, filepath.Join(dist, PluginArchive(p)), func(h *tar.Header, body []byte) {
+			files[h.Name] = body
 			if h.Name == "kubectl-fence" && h.Mode&0o111 == 0 {
 				t.Errorf("%s: kubectl-fence is not executable (mode %o)", PluginArchive(p), h.Mode)
 			}
-		}
+		})
 		if got := slices.Sorted(maps.Keys(files)); !slices.Equal(got, []string{"LICENSE", "kubectl-fence"}) {
 			t.Errorf("%s holds %v, want LICENSE and kubectl-fence", PluginArchive(p), got)
 		}

@@ -10,16 +10,21 @@ import (
 )
 
 // TestKubectlFenceTestJudgesEachCase runs `kubectl fence test` as a user
-// would: the shipped cases of one policy pass (exit 0), the same request
-// with the opposite expectation fails with its problem (exit 1), and a
-// case that is not one cannot run (exit 2).
+// would: every case the repository ships passes against the policies the
+// binary embeds (exit 0), a shipped request with the opposite expectation
+// fails with its problem (exit 1), and a case that is not one cannot run
+// (exit 2).
 func TestKubectlFenceTestJudgesEachCase(t *testing.T) {
+	shipped, err := filepath.Glob("../../policies/*/tests")
+	if err != nil || len(shipped) == 0 {
+		t.Fatalf("no policies/*/tests: %v", err)
+	}
 	dir := t.TempDir()
-	shipped, err := os.ReadFile("../../policies/holder-epoch/tests/update-lower-denied.yaml")
+	denied, err := os.ReadFile("../../policies/holder-epoch/tests/update-lower-denied.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrong := strings.Replace(string(shipped), "allowed: false", "allowed: true", 1)
+	wrong := strings.Replace(string(denied), "allowed: false", "allowed: true", 1)
 	wrong = wrong[:strings.Index(wrong, "  code:")]
 	for name, body := range map[string]string{"wrong.yaml": wrong, "bad/not-a-case.yaml": "request: {operation: PATCH}\n"} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
@@ -35,7 +40,7 @@ func TestKubectlFenceTestJudgesEachCase(t *testing.T) {
 		code int
 		want []string
 	}{
-		{"the shipped cases pass", []string{"-f", "../../policies/cilium-owner/tests"}, 0, []string{"PASS", " 0 failed."}},
+		{"every shipped case passes, through the embedded policies", []string{"-f", strings.Join(shipped, ",")}, 0, []string{"PASS", " 0 failed."}},
 		{"a verdict other than expected fails", []string{"-f", filepath.Join(dir, "wrong.yaml")}, 1,
 			[]string{"FAIL", "denied (422 Invalid)", "; want admitted", "0 passed, 1 failed."}},
 		{"a file that is no case cannot run", []string{"-f", filepath.Join(dir, "bad")}, 2, []string{"request.operation"}},
@@ -55,5 +60,16 @@ func TestKubectlFenceTestJudgesEachCase(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// -n names one namespace and -A all of them: both at once is refused before
+// the cluster is read.
+func TestAuditRefusesANamespaceAndAllNamespaces(t *testing.T) {
+	var out bytes.Buffer
+	cmd := NewCommand(Streams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+	cmd.SetArgs([]string{"--kubeconfig", filepath.Join(t.TempDir(), "none"), "audit", "-n", "sbx", "-A"})
+	if code := ExitCode(cmd.Execute(), &out); code != 2 || !strings.Contains(out.String(), "-n and -A contradict each other") {
+		t.Errorf("exit %d, want 2 with the contradiction named:\n%s", code, out.String())
 	}
 }

@@ -84,8 +84,6 @@ type root struct {
 	flags   *kubeconfigFlags
 	opts    Options
 	output  string
-	// selector is audit's -l.
-	selector string
 }
 
 // NewCommand is `kubectl fence` with its three subcommands, using kubectl's
@@ -132,6 +130,7 @@ func (r *root) clients() (Clients, error) {
 
 func (r *root) audit() *cobra.Command {
 	var all bool
+	var selector string
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Report what the installed fence would refuse among existing objects (exit 1 on findings)",
@@ -147,7 +146,7 @@ Every namespace is audited unless -n names one; -l narrows the Sandboxes and
 per-sandbox policies audited to those whose labels match.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := AuditOptions{Options: r.opts, Selector: r.selector}
+			o := AuditOptions{Options: r.opts, Selector: selector}
 			if cmd.Flags().Changed("namespace") {
 				if all {
 					return errors.New("-n and -A contradict each other: name one namespace, or audit all of them")
@@ -172,7 +171,7 @@ per-sandbox policies audited to those whose labels match.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Audit every namespace (the default unless -n names one).")
-	cmd.Flags().StringVarP(&r.selector, "selector", "l", "", "Audit only the Sandboxes and per-sandbox policies whose labels match this selector (kubectl's syntax).")
+	cmd.Flags().StringVarP(&selector, "selector", "l", "", "Audit only the Sandboxes and per-sandbox policies whose labels match this selector (kubectl's syntax).")
 	return cmd
 }
 
