@@ -23,6 +23,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/openreports/reports-api v0.2.1
+
 require (
 	cel.dev/expr v0.25.2 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect

@@ -253,6 +253,46 @@ func TestKubectlFenceAuditFindsEachSeededViolation(t *testing.T) {
 	if code, out := fenceCtl(t, "audit", "-o", "wide"); code != 2 {
 		t.Errorf("audit -o wide exited %d, want 2 (cannot run): %s", code, out)
 	}
+
+	// As policy reports, applied by an admin and listed as kubectl lists
+	// them: the Fail column counts the findings each report holds.
+	code, reports := fenceCtl(t, "audit", "-o", "policyreport")
+	if code != 1 {
+		t.Fatalf("audit -o policyreport exited %d:\n%s", code, reports)
+	}
+	if out, err := kubectlAs(t, env.Admin, []byte(reports), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply of the policy reports: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := kubectlAs(t, env.Admin, []byte(reports), "delete", "-f", "-"); err != nil {
+			t.Errorf("delete the policy reports: %v\n%s", err, out)
+		}
+	})
+	inNamespace := 0
+	for _, f := range r.Findings {
+		if f.Namespace == ns {
+			inNamespace++
+		}
+	}
+	for _, get := range []struct {
+		args []string
+		fail int
+	}{
+		{[]string{"get", "reports", "-n", ns, fencectl.ReportName}, inNamespace},
+		{[]string{"get", "clusterreports", fencectl.ReportName}, len(r.Findings) - inNamespace},
+	} {
+		out, err := kubectlAs(t, env.Admin, nil, get.args...)
+		t.Logf("kubectl %s:\n%s", strings.Join(get.args, " "), out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if err != nil || len(lines) != 2 {
+			t.Errorf("kubectl %s: %v\n%s", strings.Join(get.args, " "), err, out)
+			continue
+		}
+		cols, row := strings.Fields(lines[0]), strings.Fields(lines[1])
+		if len(cols) < 3 || cols[1] != "PASS" || cols[2] != "FAIL" || len(row) < 3 || row[2] != fmt.Sprint(get.fail) {
+			t.Errorf("kubectl %s: want the columns NAME PASS FAIL and %d failed:\n%s", strings.Join(get.args, " "), get.fail, out)
+		}
+	}
 }
 
 // perSandboxPolicy is the host's per-sandbox policy body for owner.

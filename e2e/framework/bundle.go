@@ -30,7 +30,8 @@ func RepoRoot() (string, error) { return reporoot.Find() }
 // real CiliumNetworkPolicy and CiliumClusterwideNetworkPolicy CRDs from the
 // github.com/cilium/cilium module,
 // prometheus-operator's and cert-manager's CRDs of the kinds config/ renders,
-// and the FenceConfig CRD from config/crd/bases. Nothing falls back: a CRD that
+// openreports.io's Report and ClusterReport (what kubectl fence audit can
+// write), and the FenceConfig CRD from config/crd/bases. Nothing falls back: a CRD that
 // cannot be read fails the setup.
 func CRDs(ctx context.Context, repoRoot string, logf Logf) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
@@ -115,7 +116,12 @@ func CRDs(ctx context.Context, repoRoot string, logf Logf) ([]*unstructured.Unst
 			return nil, err
 		}
 	}
-	for _, f := range bases {
+	reports, version, err := upstream.OpenReportsCRDs(ctx, repoRoot)
+	if err != nil {
+		return nil, fmt.Errorf("the Report and ClusterReport CRDs kubectl fence audit -o policyreport writes: %w", err)
+	}
+	logf("CRDs: Report and ClusterReport from %s@%s", upstream.OpenReportsModule, version)
+	for _, f := range append(reports, bases...) {
 		if _, err := add(f); err != nil {
 			return nil, err
 		}

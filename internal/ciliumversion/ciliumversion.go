@@ -28,16 +28,16 @@ func Read(repoRoot string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v, err := Parse(b)
+	v, err := Required(b, Module)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	return v, nil
 }
 
-// Parse finds the version go.mod requires of Module, in a require block or
-// a single-line require.
-func Parse(gomod []byte) (string, error) {
+// Required finds the version go.mod requires of module, in a require block
+// or a single-line require.
+func Required(gomod []byte, module string) (string, error) {
 	sc := bufio.NewScanner(bytes.NewReader(gomod))
 	inBlock := false
 	for sc.Scan() {
@@ -58,12 +58,12 @@ func Parse(gomod []byte) (string, error) {
 		case !inBlock:
 			continue
 		}
-		if len(f) == 2 && f[0] == Module && strings.HasPrefix(f[1], "v") {
+		if len(f) == 2 && f[0] == module && strings.HasPrefix(f[1], "v") {
 			return f[1], nil
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return "", err
 	}
-	return "", fmt.Errorf("no require of %s", Module)
+	return "", fmt.Errorf("no require of %s", module)
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func TestParse(t *testing.T) {
+func TestRequired(t *testing.T) {
 	tests := []struct {
 		name  string
 		gomod string
@@ -19,7 +19,7 @@ func TestParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Parse([]byte(tt.gomod))
+			got, err := Required([]byte(tt.gomod), Module)
 			if got != tt.want || (err != nil) != (tt.want == "") {
 				t.Errorf("Parse = %q, %v; want %q", got, err, tt.want)
 			}

@@ -90,6 +90,10 @@ type AuditReport struct {
 	Sandboxes          int       `json:"sandboxes"`
 	PerSandboxPolicies int       `json:"perSandboxPolicies"`
 	Findings           []Finding `json:"findings"`
+
+	// audited counts the objects evaluated in each namespace, the passes
+	// of its policy report.
+	audited map[string]int
 }
 
 // auditUser sends the evaluated Sandbox CREATEs: the holder-epoch policy
@@ -123,7 +127,7 @@ func Audit(ctx context.Context, c Clients, o AuditOptions) (*AuditReport, error)
 	if len(in.policies) == 0 {
 		return nil, fmt.Errorf("no ValidatingAdmissionPolicy labelled %s is installed: nothing to audit against (run kubectl fence check)", BundleLabel)
 	}
-	report := &AuditReport{APIVersion: fencev1alpha1.GroupVersion.String(), Kind: "AuditReport", Findings: []Finding{}}
+	report := &AuditReport{APIVersion: fencev1alpha1.GroupVersion.String(), Kind: "AuditReport", Findings: []Finding{}, audited: map[string]int{}}
 	if m, why := in.mode(); m != "" {
 		report.Enforcement = string(m)
 	} else {
@@ -170,6 +174,7 @@ func Audit(ctx context.Context, c Clients, o AuditOptions) (*AuditReport, error)
 			report.Findings = append(report.Findings, *f)
 			continue
 		}
+		report.audited[sandboxes[i].GetNamespace()]++
 		f, err := auditSandbox(ctx, h, &sandboxes[i])
 		if err != nil {
 			return nil, err
@@ -192,6 +197,7 @@ func Audit(ctx context.Context, c Clients, o AuditOptions) (*AuditReport, error)
 			report.Findings = append(report.Findings, *f)
 			continue
 		}
+		report.audited[cnp.GetNamespace()]++
 		if ns := nss[cnp.GetNamespace()]; ns != nil && !optedIn(ns) {
 			notOptedIn[ns.Name] = true
 		}

@@ -2,9 +2,12 @@ package fencectl
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -54,9 +57,10 @@ func TestAuditReportsObjectsWhoseNamespaceIsGone(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		name string
-		o    AuditOptions
-		want []string
+		name    string
+		o       AuditOptions
+		want    []string
+		reports []string // as policy reports: kind namespace/name pass fail, then each result
 	}{{
 		name: "every namespace, by default",
 		want: []string{
@@ -64,14 +68,25 @@ func TestAuditReportsObjectsWhoseNamespaceIsGone(t *testing.T) {
 			"Sandbox gone/left namespace-missing",
 			"Sandbox sbx/legacy malformed-annotation",
 		},
+		// What no namespace can hold goes to the ClusterReport; sbx's
+		// well-formed Sandbox is a pass.
+		reports: []string{
+			"Report sbx/sandbox-fence pass=1 fail=1",
+			"  fail sandbox-fence-holder-epoch/malformed-annotation agents.x-k8s.io/v1beta1 Sandbox sbx/legacy",
+			"ClusterReport /sandbox-fence pass=0 fail=2",
+			"  fail Namespace/namespace-missing cilium.io/v2 CiliumNetworkPolicy gone/" + policy.GetName(),
+			"  fail Namespace/namespace-missing agents.x-k8s.io/v1beta1 Sandbox gone/left",
+		},
 	}, {
-		name: "-n names one namespace",
-		o:    AuditOptions{Namespace: "sbx"},
-		want: []string{"Sandbox sbx/legacy malformed-annotation"},
+		name:    "-n names one namespace",
+		o:       AuditOptions{Namespace: "sbx"},
+		want:    []string{"Sandbox sbx/legacy malformed-annotation"},
+		reports: []string{"Report sbx/sandbox-fence pass=1 fail=1", "  fail sandbox-fence-holder-epoch/malformed-annotation agents.x-k8s.io/v1beta1 Sandbox sbx/legacy", "ClusterReport /sandbox-fence pass=0 fail=0"},
 	}, {
-		name: "-l narrows the audited objects by label",
-		o:    AuditOptions{Selector: "tier=legacy"},
-		want: []string{"Sandbox sbx/legacy malformed-annotation"},
+		name:    "-l narrows the audited objects by label",
+		o:       AuditOptions{Selector: "tier=legacy"},
+		want:    []string{"Sandbox sbx/legacy malformed-annotation"},
+		reports: []string{"Report sbx/sandbox-fence pass=0 fail=1", "  fail sandbox-fence-holder-epoch/malformed-annotation agents.x-k8s.io/v1beta1 Sandbox sbx/legacy", "ClusterReport /sandbox-fence pass=0 fail=0"},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			c.o.ConfigName = "sandbox-fence"
@@ -86,6 +101,35 @@ func TestAuditReportsObjectsWhoseNamespaceIsGone(t *testing.T) {
 			if diff := cmp.Diff(c.want, got); diff != "" {
 				t.Errorf("findings (-want +got):\n%s\nall: %+v", diff, r.Findings)
 			}
+			if diff := cmp.Diff(c.reports, reportLines(t, r.PolicyReports(time.Unix(0, 0)))); diff != "" {
+				t.Errorf("policy reports (-want +got):\n%s", diff)
+			}
 		})
 	}
+}
+
+// reportLines flattens the policy reports an audit renders, each as a line
+// with its summary, then a line per result.
+func reportLines(t *testing.T, l *metav1.List) []string {
+	t.Helper()
+	var out []string
+	for _, item := range l.Items {
+		var kind, key string
+		var sum reportsv1alpha1.ReportSummary
+		var results []reportsv1alpha1.ReportResult
+		switch o := item.Object.(type) {
+		case *reportsv1alpha1.Report:
+			kind, key, sum, results = o.Kind, o.Namespace+"/"+o.Name, o.Summary, o.Results
+		case *reportsv1alpha1.ClusterReport:
+			kind, key, sum, results = o.Kind, "/"+o.Name, o.Summary, o.Results
+		default:
+			t.Fatalf("a %T in the policy reports", o)
+		}
+		out = append(out, fmt.Sprintf("%s %s pass=%d fail=%d", kind, key, sum.Pass, sum.Fail))
+		for _, res := range results {
+			s := res.Subjects[0]
+			out = append(out, fmt.Sprintf("  %s %s/%s %s %s %s/%s", res.Result, res.Policy, res.Rule, s.APIVersion, s.Kind, s.Namespace, s.Name))
+		}
+	}
+	return out
 }

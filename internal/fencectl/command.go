@@ -105,7 +105,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		SilenceErrors: true,
 	}
 	r.flags.addFlags(cmd.PersistentFlags())
-	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml.")
+	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml; audit also policyreport.")
 	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
 	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
 	cmd.AddCommand(r.audit(), r.status(), r.check(), r.version(), r.test())
@@ -143,7 +143,11 @@ orphaned-policy, owner-label, namespace-not-opted-in, namespace-missing
 (docs/kubectl-fence.md).
 
 Every namespace is audited unless -n names one; -l narrows the Sandboxes and
-per-sandbox policies audited to those whose labels match.`,
+per-sandbox policies audited to those whose labels match.
+
+-o policyreport writes the findings as openreports.io/v1alpha1 Reports (one per
+namespace, named sandbox-fence) and a ClusterReport, for kubectl apply
+(docs/kubectl-fence.md, Policy reports).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o := AuditOptions{Options: r.opts, Selector: selector}
@@ -161,7 +165,12 @@ per-sandbox policies audited to those whose labels match.`,
 			if err != nil {
 				return err
 			}
-			if err := Print(r.streams.Out, r.output, rep, rep.String); err != nil {
+			if r.output == OutputPolicyReport {
+				err = Print(r.streams.Out, "yaml", rep.PolicyReports(time.Now()), nil)
+			} else {
+				err = Print(r.streams.Out, r.output, rep, rep.String)
+			}
+			if err != nil {
 				return err
 			}
 			if len(rep.Findings) > 0 {

@@ -13,6 +13,10 @@ import (
 // Output formats of every command (-o).
 var Outputs = []string{"table", "json", "yaml"}
 
+// OutputPolicyReport is audit's -o for its findings as policy reports
+// (AuditReport.PolicyReports).
+const OutputPolicyReport = "policyreport"
+
 // Print writes v as JSON or YAML, or as text for a person ("table").
 func Print(w io.Writer, format string, v any, text func() string) error {
 	switch format {

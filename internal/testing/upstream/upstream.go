@@ -102,3 +102,33 @@ func ModuleDir(ctx context.Context, module, version string) (string, error) {
 	}
 	return dl.Dir, nil
 }
+
+// OpenReportsModule publishes the policy-report API that `kubectl fence
+// audit -o policyreport` writes: its Go types, which the product module
+// requires, and their CRDs.
+const OpenReportsModule = "github.com/openreports/reports-api"
+
+// OpenReportsCRDs returns the paths of the Report and ClusterReport CRDs of
+// the version the product module's go.mod requires, so the reports the
+// suite applies are checked against the schema of the types that wrote them.
+func OpenReportsCRDs(ctx context.Context, repoRoot string) (paths []string, version string, err error) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	if err != nil {
+		return nil, "", err
+	}
+	if version, err = ciliumversion.Required(b, OpenReportsModule); err != nil {
+		return nil, "", fmt.Errorf("go.mod: %w", err)
+	}
+	dir, err := ModuleDir(ctx, OpenReportsModule, version)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, f := range []string{"openreports.io_reports.yaml", "openreports.io_clusterreports.yaml"} {
+		p := filepath.Join(dir, "config", "crd", f)
+		if _, err := os.Stat(p); err != nil {
+			return nil, "", fmt.Errorf("%s@%s: %w", OpenReportsModule, version, err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, version, nil
+}
