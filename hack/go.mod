@@ -8,6 +8,7 @@ require (
 	github.com/sandbox-fence/sandbox-fence v0.0.0-00010101000000-000000000000
 	github.com/sandbox-fence/sandbox-fence/e2e v0.0.0-00010101000000-000000000000
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/mod v0.39.0
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/kustomize/api v0.21.2
 	sigs.k8s.io/kustomize/kyaml v0.21.2

@@ -15,7 +15,7 @@
 //     version and image;
 //   - webhook.spdx.json: an SPDX 2.3 SBOM of the webhook binary from its
 //     own build information (main module and every dependency, with
-//     versions and go.sum hashes);
+//     versions and the SHA-256 of each module's zip);
 //   - kubectl-fence_<os>_<arch>.tar.gz for each of PluginPlatforms, and
 //     kubectl-fence.yaml, their krew manifest (docs/kubectl-fence.md);
 //   - SHA256SUMS over all of them.
@@ -30,7 +30,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"debug/buildinfo"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -46,6 +45,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/mod/module"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -306,8 +306,8 @@ func installYAML(root, version, image string) (install, config []byte, err error
 
 // spdx describes the webhook binaries from the build information the Go
 // linker put into them: the main module and each dependency with its
-// version and go.sum hash (h1, a SHA-256, given in hex as SPDX wants), and
-// each binary's own SHA-256.
+// version, the SHA-256 of its zip as the module proxy serves it and its
+// go.sum hash as a comment, and each binary's own SHA-256.
 func spdx(version, image string, created time.Time, bins map[string]string) ([]byte, error) {
 	var info *debug.BuildInfo
 	type file struct {
@@ -358,13 +358,18 @@ func spdx(version, image string, created time.Time, bins map[string]string) ([]b
 				Locator: "pkg:golang/" + m.Path + "@" + v,
 			}},
 		}
-		if h, ok := strings.CutPrefix(m.Sum, "h1:"); ok {
-			raw, err := base64.StdEncoding.DecodeString(h)
+		if m.Sum != "" {
+			// The go.sum hash (h1) is a SHA-256 of the module's file list,
+			// no hash of any file: SPDX has no algorithm for it, so it is a
+			// comment, and the checksum is that of the zip the module proxy
+			// serves, the copy the go command verified against it.
+			zip, sum, err := moduleZip(m.Path, m.Version)
 			if err != nil {
-				return nil, fmt.Errorf("%s %s: go.sum hash %q: %w", m.Path, m.Version, m.Sum, err)
+				return nil, err
 			}
-			p.Checksums = []checksum{{"SHA256", hex.EncodeToString(raw)}}
-			p.Comment = "checksum: the module's go.sum hash " + m.Sum + " (SHA-256 of its file list, dirhash h1)"
+			p.DownloadLocation = zip
+			p.Checksums = []checksum{{"SHA256", sum}}
+			p.Comment = "go.sum hash " + m.Sum
 		}
 		if i == 0 {
 			p.Comment = "the webhook (cmd/webhook), image " + image + "; Go " + info.GoVersion
@@ -397,6 +402,32 @@ func spdx(version, image string, created time.Time, bins map[string]string) ([]b
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// moduleZip returns the module proxy's URL of a module version's zip and
+// the SHA-256 of the copy in the Go module cache, which the go command
+// downloaded from the proxy and verified against go.sum while it built the
+// binaries.
+func moduleZip(path, version string) (url, sum string, err error) {
+	ep, err := module.EscapePath(path)
+	if err != nil {
+		return "", "", err
+	}
+	ev, err := module.EscapeVersion(version)
+	if err != nil {
+		return "", "", err
+	}
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go env GOMODCACHE: %w", err)
+	}
+	zip := filepath.Join(strings.TrimSpace(string(out)), "cache", "download", filepath.FromSlash(ep), "@v", ev+".zip")
+	b, err := os.ReadFile(zip)
+	if err != nil {
+		return "", "", fmt.Errorf("the zip of %s@%s, which the SBOM's checksum is taken from: %w", path, version, err)
+	}
+	h := sha256.Sum256(b)
+	return "https://proxy.golang.org/" + ep + "/@v/" + ev + ".zip", hex.EncodeToString(h[:]), nil
 }
 
 type checksum struct {

@@ -32,6 +32,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/mod/sumdb/dirhash"
 	"sigs.k8s.io/yaml"
 )
 
@@ -280,8 +281,13 @@ type spdxDoc struct {
 	SPDXVersion       string `json:"spdxVersion"`
 	DocumentNamespace string `json:"documentNamespace"`
 	Packages          []struct {
-		Name    string `json:"name"`
-		Version string `json:"versionInfo"`
+		Name      string `json:"name"`
+		Version   string `json:"versionInfo"`
+		Location  string `json:"downloadLocation"`
+		Checksums []struct {
+			Algorithm string `json:"algorithm"`
+			Value     string `json:"checksumValue"`
+		} `json:"checksums"`
 	} `json:"packages"`
 	Files []struct {
 		Name      string `json:"fileName"`
@@ -310,11 +316,24 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 		t.Errorf("documentNamespace %q: want a unique https URI naming the release", doc.DocumentNamespace)
 	}
 	got := map[string]string{}
+	zips := map[string]string{} // module path → the zip its checksum is of
+	modcache, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range doc.Packages {
 		if v, dup := got[p.Name]; dup {
 			t.Errorf("package %s listed twice (%s, %s)", p.Name, v, p.Version)
 		}
 		got[p.Name] = p.Version
+		if zip, ok := strings.CutPrefix(p.Location, "https://proxy.golang.org/"); ok {
+			zip = filepath.Join(strings.TrimSpace(string(modcache)), "cache", "download", filepath.FromSlash(zip))
+			zips[p.Name] = zip
+			sum := sha256.Sum256(readFile(t, filepath.Dir(zip), filepath.Base(zip)))
+			if len(p.Checksums) != 1 || p.Checksums[0].Algorithm != "SHA256" || p.Checksums[0].Value != hex.EncodeToString(sum[:]) {
+				t.Errorf("package %s: checksums %+v, want the SHA-256 of %s, %x", p.Name, p.Checksums, p.Location, sum)
+			}
+		}
 	}
 	gotFiles := map[string]string{}
 	for _, f := range doc.Files {
@@ -353,6 +372,10 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 				d = d.Replace
 			}
 			want[d.Path] = d.Version
+			// The zip checksummed is the one go.sum vouches for.
+			if h1, err := dirhash.HashZip(zips[d.Path], dirhash.Hash1); d.Sum != "" && (err != nil || h1 != d.Sum) {
+				t.Errorf("package %s: the zip the SBOM checksums (%s) hashes to %s, %v; the binary's go.sum hash is %s", d.Path, zips[d.Path], h1, err, d.Sum)
+			}
 		}
 		if len(bi.Deps) == 0 {
 			t.Errorf("%s: /webhook's build information lists no dependency", platform)
