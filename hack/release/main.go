@@ -18,6 +18,8 @@
 //     versions and the SHA-256 of each module's zip);
 //   - kubectl-fence_<os>_<arch>.tar.gz for each of PluginPlatforms, and
 //     kubectl-fence.yaml, their krew manifest (docs/kubectl-fence.md);
+//   - provenance.intoto.json: an in-toto statement of SLSA provenance
+//     naming every file above by SHA-256 (provenance.go);
 //   - SHA256SUMS over all of them.
 //
 // Two runs over the same commit write the same bytes: binaries are built
@@ -76,6 +78,7 @@ func Files(chartVersion string) []string {
 		"kubectl-fence_darwin_arm64.tar.gz",
 		"kubectl-fence_linux_amd64.tar.gz",
 		"kubectl-fence_linux_arm64.tar.gz",
+		"provenance.intoto.json",
 		"sandbox-fence-" + chartVersion + ".tgz",
 		"webhook-image.oci.tar",
 		"webhook.spdx.json",
@@ -204,6 +207,13 @@ func run(ctx context.Context, o options) error {
 		downloadURL = DefaultDownloadURL
 	}
 	if err := writePlugin(ctx, root, work, out, o.Version, downloadURL, env, when); err != nil {
+		return err
+	}
+	prov, err := provenance(ctx, root, out, o.Version, o.Image, env)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, ProvenanceFile), prov, 0o644); err != nil {
 		return err
 	}
 	sums, err := sha256sums(out)
@@ -417,11 +427,11 @@ func moduleZip(path, version string) (url, sum string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	modcache, err := goEnv(context.Background(), os.Environ(), "GOMODCACHE")
 	if err != nil {
-		return "", "", fmt.Errorf("go env GOMODCACHE: %w", err)
+		return "", "", err
 	}
-	zip := filepath.Join(strings.TrimSpace(string(out)), "cache", "download", filepath.FromSlash(ep), "@v", ev+".zip")
+	zip := filepath.Join(modcache, "cache", "download", filepath.FromSlash(ep), "@v", ev+".zip")
 	b, err := os.ReadFile(zip)
 	if err != nil {
 		return "", "", fmt.Errorf("the zip of %s@%s, which the SBOM's checksum is taken from: %w", path, version, err)

@@ -32,7 +32,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	slsa "github.com/in-toto/attestation/go/predicates/provenance/v1"
+	intoto "github.com/in-toto/attestation/go/v1"
 	"golang.org/x/mod/sumdb/dirhash"
+	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 )
 
@@ -132,7 +135,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 	}
 	want := []string{"baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence.yaml",
 		"kubectl-fence_darwin_amd64.tar.gz", "kubectl-fence_darwin_arm64.tar.gz", "kubectl-fence_linux_amd64.tar.gz",
-		"kubectl-fence_linux_arm64.tar.gz", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
+		"kubectl-fence_linux_arm64.tar.gz", "provenance.intoto.json", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
 	if !slices.Equal(names, want) {
 		t.Errorf("release files %v, want %v", names, want)
 	}
@@ -386,6 +389,45 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantFiles, gotFiles); diff != "" {
 		t.Errorf("webhook.spdx.json's files against the images' /webhook, SHA-256 (-images +SBOM):\n%s", diff)
+	}
+}
+
+// provenance.intoto.json is an in-toto statement, valid by in-toto's own
+// Go types, of SLSA provenance v1 for the commit checked out, whose
+// subjects are every other file SHA256SUMS lists, with the same digests.
+func TestReleaseProvenanceNamesEveryFileAndTheCommit(t *testing.T) {
+	dir := release(t)
+	var st intoto.Statement
+	if err := protojson.Unmarshal(readFile(t, dir, ProvenanceFile), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Validate(); err != nil || st.GetPredicateType() != "https://slsa.dev/provenance/v1" {
+		t.Fatalf("statement: %v, predicateType %q", err, st.GetPredicateType())
+	}
+	var want, got []string
+	for _, line := range strings.Split(strings.TrimSpace(string(readFile(t, dir, "SHA256SUMS"))), "\n") {
+		if f := strings.Fields(line); f[1] != ProvenanceFile {
+			want = append(want, f[1]+" sha256:"+f[0])
+		}
+	}
+	for _, s := range st.GetSubject() {
+		got = append(got, s.GetName()+" sha256:"+s.GetDigest()["sha256"])
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("subjects against SHA256SUMS (-SHA256SUMS +subjects):\n%s", d)
+	}
+	var pred slsa.Provenance
+	b, _ := protojson.Marshal(st.GetPredicate())
+	if err := protojson.Unmarshal(b, &pred); err != nil || pred.Validate() != nil {
+		t.Fatalf("predicate: %v, %v", err, pred.Validate())
+	}
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := pred.GetBuildDefinition().GetResolvedDependencies()
+	if len(deps) != 1 || deps[0].GetDigest()["gitCommit"] != strings.TrimSpace(string(head)) {
+		t.Errorf("resolvedDependencies %v, want the commit checked out, %s", deps, head)
 	}
 }
 
