@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -16,15 +15,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// Where a holder epoch comes from (contract §3.7). client-go's leader
-// election counts the changes of holder of a coordination.k8s.io/v1 Lease in
-// spec.leaseTransitions: it adds one when a candidate takes the Lease from
-// another identity or from no one, and keeps the count when the holder renews
-// or re-acquires under its own identity (tools/leaderelection/
-// leaderelection.go, tryAcquireOrRenew). So while one Lease object lives,
-// each acquisition by a new identity gets a count no earlier acquisition got:
-// a fencing token. TakeOver makes every call a new identity and refuses a
-// count that a deleted or hand-edited Lease has set back.
+// Where a holder epoch comes from, and where a Lease's count stops being a
+// fencing token: contract §3.7.
 
 // ErrLeaseBehind: the epoch a Lease gives is not above the epoch already
 // stored on the workspaces it guards. Matched by *LeaseBehindError.
@@ -52,25 +44,12 @@ func (e *LeaseBehindError) Error() string {
 // Is makes errors.Is(err, ErrLeaseBehind) true.
 func (e *LeaseBehindError) Is(target error) bool { return target == ErrLeaseBehind }
 
-// LeaseEpoch is the holder epoch of the candidate that acquired lease:
-// spec.leaseTransitions plus one (absent counts 0). The one keeps the first
-// holder of a new Lease above the 0 an absent annotation reads as, so every
-// epoch it gives is above every stored epoch of an earlier holder of the same
-// Lease. It is at most 2^31, far below MaxEpoch. A negative count, which the
-// API server does not store, is an error.
-//
-// The epoch is only as good as the acquisition: a host running its own
-// leader election must read the Lease it acquired, under an identity no other
-// process ever used (see TakeOver), and compare the epoch with the stored
-// one as TakeOver does.
-func LeaseEpoch(lease *coordinationv1.Lease) (uint64, error) {
-	var transitions int32
-	if lease.Spec.LeaseTransitions != nil {
-		transitions = *lease.Spec.LeaseTransitions
-	}
-	return epochOfTransitions(lease.Namespace+"/"+lease.Name, int(transitions))
-}
-
+// epochOfTransitions is the holder epoch of the candidate whose acquisition
+// wrote transitions: the count plus one. The one keeps the first holder of a
+// new Lease above the 0 an absent annotation reads as, so the epoch is above
+// every epoch an earlier holder of the same Lease held. The count is an int32
+// on the Lease, so the epoch is at most 2^31, far below MaxEpoch. A negative
+// count, which the API server does not store, gives none.
 func epochOfTransitions(lease string, transitions int) (uint64, error) {
 	if transitions < 0 {
 		return 0, fmt.Errorf("lease %s: spec.leaseTransitions %d is negative; it cannot give a holder epoch", lease, transitions)
@@ -116,7 +95,8 @@ type TakeOverOptions struct {
 
 // TakeOver campaigns for the Lease of opts with client-go's leader election
 // (resourcelock.LeaseLock) until it acquires it or ctx is done, then runs
-// opts.WhileLeading with the epoch LeaseEpoch gives for the acquisition.
+// opts.WhileLeading with the epoch of its acquisition: the
+// spec.leaseTransitions it wrote, plus one.
 // It returns once WhileLeading has returned and the election has stopped;
 // an error when ctx was done before this candidate led (ctx's error), when
 // StoredEpoch failed, or when the Lease's epoch is not above the stored one
