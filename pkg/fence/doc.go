@@ -48,27 +48,12 @@
 // Interface rather than a *Client can unit-test against fencetest.Fake;
 // Options.Clock takes a k8s.io/utils/clock fake.
 //
-// The epoch itself can come from a coordination.k8s.io/v1 Lease: TakeOver
-// campaigns for one with client-go's leader election and runs
-// TakeOverOptions.WhileLeading with spec.leaseTransitions+1 of its own
-// acquisition. client-go raises that count on every change of holder and
-// keeps it on renewals, releases and re-acquisitions by the same identity,
-// so it rises with every take-over only while the Lease is never deleted
-// (a new Lease counts from 0 again), never lowered by hand, and every
-// candidate is a new identity. TakeOver makes each call a new identity and
-// refuses to lead (ErrLeaseBehind) with an epoch at or below the one
-// TakeOverOptions.StoredEpoch reads from the workspaces; an epoch held but
-// never written by a holder of a deleted Lease is out of its sight.
-// Contract §3.7 has client-go's rules line by line and the tests
-// (takeover_test.go) that fail when one stops holding:
-//
-//	err := fence.TakeOver(ctx, clientset.CoordinationV1(), fence.TakeOverOptions{
-//		LeaseNamespace: "work", LeaseName: "workspaces",
-//		StoredEpoch:    highestStoredEpoch, // ReadHolderEpoch of each guarded Sandbox
-//		WhileLeading: func(ctx context.Context, epoch uint64) {
-//			c.Stamp(ctx, "work", "sandbox-1", &epoch) // then every write with &epoch
-//		},
-//	})
+// The epoch itself can come from a coordination.k8s.io/v1 Lease:
+// fencelease.TakeOver (package pkg/fence/fencelease) campaigns for one with
+// client-go's leader election and leads with spec.leaseTransitions+1 of its
+// own acquisition. That count rises with every take-over only while the
+// Lease is never deleted, never lowered by hand, and every candidate is a
+// new identity; contract §3.7 says where it holds and where it does not.
 //
 // The package imports nothing of the project's internals: it is the public
 // client, and the admission side only ever sees the bytes it sends.

@@ -1,4 +1,24 @@
-package fence
+// Package fencelease gives a host its holder epoch from a
+// coordination.k8s.io/v1 Lease, through client-go's leader election.
+//
+// TakeOver campaigns for a Lease that guards a set of workspaces and runs
+// TakeOverOptions.WhileLeading with spec.leaseTransitions+1 of its own
+// acquisition: the epoch to pass to every fence.Client write while leading.
+// client-go raises that count on every change of holder and keeps it on
+// renewals, releases and re-acquisitions by the same identity, so it rises
+// with every take-over only while the Lease is never deleted (a new Lease
+// counts from 0 again), never lowered by hand, and every candidate is a new
+// identity. TakeOver makes each call a new identity and refuses to lead
+// (ErrLeaseBehind) with an epoch at or below the one
+// TakeOverOptions.StoredEpoch reads from the workspaces; an epoch held but
+// never written by a holder of a deleted Lease is out of its sight. Contract
+// §3.7 has client-go's rules line by line, and the tests of this package
+// that fail when one stops holding.
+//
+// It is a package of its own because client-go's leader election brings
+// client-go's typed clientset and informers into the build, which the rest
+// of pkg/fence (a dynamic client) does not need.
+package fencelease
 
 import (
 	"context"
@@ -14,9 +34,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
-
-// Where a holder epoch comes from, and where a Lease's count stops being a
-// fencing token: contract §3.7.
 
 // ErrLeaseBehind: the epoch a Lease gives is not above the epoch already
 // stored on the workspaces it guards. Matched by *LeaseBehindError.
@@ -47,9 +64,10 @@ func (e *LeaseBehindError) Is(target error) bool { return target == ErrLeaseBehi
 // epochOfTransitions is the holder epoch of the candidate whose acquisition
 // wrote transitions: the count plus one. The one keeps the first holder of a
 // new Lease above the 0 an absent annotation reads as, so the epoch is above
-// every epoch an earlier holder of the same Lease held. The count is an int32
-// on the Lease, so the epoch is at most 2^31, far below MaxEpoch. A negative
-// count, which the API server does not store, gives none.
+// every epoch an earlier holder of the same Lease held. The count is an
+// int32 on the Lease, so the epoch is at most 2^31, far below
+// fence.MaxEpoch. A negative count, which the API server does not store,
+// gives none.
 func epochOfTransitions(lease string, transitions int) (uint64, error) {
 	if transitions < 0 {
 		return 0, fmt.Errorf("lease %s: spec.leaseTransitions %d is negative; it cannot give a holder epoch", lease, transitions)
@@ -82,22 +100,21 @@ type TakeOverOptions struct {
 	// holder's, and is refused once the new holder has written.
 	ReleaseOnCancel bool
 	// StoredEpoch returns the highest holder epoch stored on the workspaces
-	// the Lease guards (ReadHolderEpoch of a fresh GET; absent reads 0, and
-	// a malformed one is an error). TakeOver calls it after acquiring and
-	// refuses to lead with an epoch at or below it. Required.
+	// the Lease guards (fence.ReadHolderEpoch of a fresh GET of each; absent
+	// reads 0, and a malformed one is an error). TakeOver calls it after
+	// acquiring and refuses to lead with an epoch at or below it. Required.
 	StoredEpoch func(ctx context.Context) (uint64, error)
 	// WhileLeading runs while this candidate holds the Lease, with the epoch
-	// to send on every fenced write. Its ctx is cancelled when the lead is
-	// lost or TakeOver's ctx is done; when it returns, the lead ends.
-	// Required.
+	// to pass to every fenced write of a fence.Client. Its ctx is cancelled
+	// when the lead is lost or TakeOver's ctx is done; when it returns, the
+	// lead ends. Required.
 	WhileLeading func(ctx context.Context, epoch uint64)
 }
 
 // TakeOver campaigns for the Lease of opts with client-go's leader election
 // (resourcelock.LeaseLock) until it acquires it or ctx is done, then runs
 // opts.WhileLeading with the epoch of its acquisition: the
-// spec.leaseTransitions it wrote, plus one.
-// It returns once WhileLeading has returned and the election has stopped;
+// spec.leaseTransitions it wrote, plus one. It returns once WhileLeading has returned and the election has stopped;
 // an error when ctx was done before this candidate led (ctx's error), when
 // StoredEpoch failed, or when the Lease's epoch is not above the stored one
 // (*LeaseBehindError). leases is a clientset's CoordinationV1().

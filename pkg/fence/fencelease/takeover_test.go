@@ -1,4 +1,4 @@
-package fence_test
+package fencelease_test
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence/fencelease"
 )
 
 // fastElection paces client-go's election for tests: a Lease stores whole
 // seconds, so one second is the shortest a lease can last.
-func fastElection(opts fence.TakeOverOptions) fence.TakeOverOptions {
+func fastElection(opts fencelease.TakeOverOptions) fencelease.TakeOverOptions {
 	opts.LeaseNamespace, opts.LeaseName = "work", "workspaces"
 	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = time.Second, 500*time.Millisecond, 50*time.Millisecond
 	return opts
@@ -56,7 +56,7 @@ func storedEpoch(n uint64) func(context.Context) (uint64, error) {
 // it refused to lead.
 type takeOverOutcome struct {
 	Epoch  uint64
-	Behind *fence.LeaseBehindError
+	Behind *fencelease.LeaseBehindError
 	Err    string
 }
 
@@ -84,12 +84,12 @@ func TestTakeOverLeadsOnlyWithAnEpochAboveEveryEarlierHolders(t *testing.T) {
 	}, {
 		name:   "a deleted and recreated Lease restarts at 0 and is refused below the stored epoch",
 		stored: 5,
-		want:   takeOverOutcome{Behind: &fence.LeaseBehindError{Lease: "work/workspaces", Epoch: 1, Stored: 5}},
+		want:   takeOverOutcome{Behind: &fencelease.LeaseBehindError{Lease: "work/workspaces", Epoch: 1, Stored: 5}},
 	}, {
 		name:   "a Lease lowered by hand to give the stored epoch is refused: two holders would share it",
 		lease:  []runtime.Object{lease("", 3)},
 		stored: 5,
-		want:   takeOverOutcome{Behind: &fence.LeaseBehindError{Lease: "work/workspaces", Epoch: 5, Stored: 5}},
+		want:   takeOverOutcome{Behind: &fencelease.LeaseBehindError{Lease: "work/workspaces", Epoch: 5, Stored: 5}},
 	}, {
 		name:  "a negative leaseTransitions gives no epoch",
 		lease: []runtime.Object{lease("", -5)},
@@ -99,7 +99,7 @@ func TestTakeOverLeadsOnlyWithAnEpochAboveEveryEarlierHolders(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var got takeOverOutcome
-			err := fence.TakeOver(quiet(t), fake.NewClientset(tt.lease...).CoordinationV1(), fastElection(fence.TakeOverOptions{
+			err := fencelease.TakeOver(quiet(t), fake.NewClientset(tt.lease...).CoordinationV1(), fastElection(fencelease.TakeOverOptions{
 				IdentityPrefix: tt.prefix,
 				StoredEpoch:    storedEpoch(tt.stored),
 				WhileLeading:   func(_ context.Context, epoch uint64) { got.Epoch = epoch },
@@ -110,7 +110,7 @@ func TestTakeOverLeadsOnlyWithAnEpochAboveEveryEarlierHolders(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("TakeOver (-want +got):\n%s", diff)
 			}
-			if got.Behind != nil && !errors.Is(err, fence.ErrLeaseBehind) {
+			if got.Behind != nil && !errors.Is(err, fencelease.ErrLeaseBehind) {
 				t.Errorf("errors.Is(%v, ErrLeaseBehind) = false", err)
 			}
 		})
@@ -125,7 +125,7 @@ func TestASecondCandidateTakesOverWithTheNextEpochAfterTheFirstRenewed(t *testin
 	leases := client.CoordinationV1().Leases("work")
 	var firstLeads atomic.Bool
 	var renewals []time.Time
-	first := fastElection(fence.TakeOverOptions{
+	first := fastElection(fencelease.TakeOverOptions{
 		IdentityPrefix:  "host-a",
 		ReleaseOnCancel: true,
 		StoredEpoch:     storedEpoch(0),
@@ -149,7 +149,7 @@ func TestASecondCandidateTakesOverWithTheNextEpochAfterTheFirstRenewed(t *testin
 		},
 	})
 	var secondEpoch uint64
-	second := fastElection(fence.TakeOverOptions{
+	second := fastElection(fencelease.TakeOverOptions{
 		IdentityPrefix: "host-b",
 		StoredEpoch:    storedEpoch(1), // the first wrote its epoch
 		WhileLeading: func(_ context.Context, epoch uint64) {
@@ -160,13 +160,13 @@ func TestASecondCandidateTakesOverWithTheNextEpochAfterTheFirstRenewed(t *testin
 		},
 	})
 	firstDone, secondDone := make(chan error, 1), make(chan error, 1)
-	go func() { firstDone <- fence.TakeOver(ctx, client.CoordinationV1(), first) }()
+	go func() { firstDone <- fencelease.TakeOver(ctx, client.CoordinationV1(), first) }()
 	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
 		return firstLeads.Load(), nil
 	}); err != nil {
 		t.Fatal("the first candidate never led:", err)
 	}
-	go func() { secondDone <- fence.TakeOver(ctx, client.CoordinationV1(), second) }()
+	go func() { secondDone <- fencelease.TakeOver(ctx, client.CoordinationV1(), second) }()
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)
 	}
