@@ -114,10 +114,12 @@ type TakeOverOptions struct {
 // TakeOver campaigns for the Lease of opts with client-go's leader election
 // (resourcelock.LeaseLock) until it acquires it or ctx is done, then runs
 // opts.WhileLeading with the epoch of its acquisition: the
-// spec.leaseTransitions it wrote, plus one. It returns once WhileLeading has returned and the election has stopped;
-// an error when ctx was done before this candidate led (ctx's error), when
-// StoredEpoch failed, or when the Lease's epoch is not above the stored one
-// (*LeaseBehindError). leases is a clientset's CoordinationV1().
+// spec.leaseTransitions it wrote, plus one. It returns once WhileLeading has
+// returned and the election has stopped; an error when ctx was done before
+// this candidate led (ctx's error), when StoredEpoch failed, or when the
+// Lease's epoch is not above the stored one (*LeaseBehindError). A refused candidate never calls WhileLeading and
+// stops campaigning; it gives the Lease up only with ReleaseOnCancel, else
+// the Lease expires. leases is a clientset's CoordinationV1().
 func TakeOver(ctx context.Context, leases coordinationv1client.LeasesGetter, opts TakeOverOptions) error {
 	if opts.LeaseNamespace == "" || opts.LeaseName == "" || opts.StoredEpoch == nil || opts.WhileLeading == nil {
 		return errors.New("take over: LeaseNamespace, LeaseName, StoredEpoch and WhileLeading are required")
