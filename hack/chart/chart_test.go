@@ -75,11 +75,17 @@ func loadChart(t *testing.T) *chart.Chart {
 	return ch
 }
 
-// helmTemplate is `helm template --include-crds` through Helm's own install
-// action (dry run, no cluster), parsed into objects.
+// helmTemplate is `helm template -n sandbox-fence-system --include-crds`
+// through Helm's own install action (dry run, no cluster), parsed into
+// objects.
 func helmTemplate(t *testing.T, ch *chart.Chart, vals map[string]any, apiVersions ...string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := render.Template(ch, vals, kubeVersion, apiVersions...)
+	return helmTemplateIn(t, ch, render.Namespace, vals, apiVersions...)
+}
+
+func helmTemplateIn(t *testing.T, ch *chart.Chart, namespace string, vals map[string]any, apiVersions ...string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := render.TemplateIn(ch, namespace, vals, kubeVersion, apiVersions...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +119,40 @@ func byKey(t *testing.T, objs []*unstructured.Unstructured) map[string]map[strin
 	return out
 }
 
+// compare holds Helm's rendering to kustomize's, object by object, to the
+// byte but for what Helm's conventions add: the release namespace is
+// Helm's (helm install -n X --create-namespace), not an object of the chart,
+// and every object, and the webhook's pod template, carries the standard
+// labels (standardLabels), which compare removes where kustomize has none.
 func compare(t *testing.T, what string, kustomize, helm []*unstructured.Unstructured) {
 	t.Helper()
-	k, h := byKey(t, kustomize), byKey(t, helm)
+	var objs []*unstructured.Unstructured
+	for _, o := range kustomize {
+		if o.GetKind() != "Namespace" {
+			objs = append(objs, o)
+		}
+	}
+	k, h := byKey(t, objs), byKey(t, helm)
+	for key, o := range h {
+		if o["kind"] == "CustomResourceDefinition" {
+			continue // crds/ is untemplated
+		}
+		md, _ := o["metadata"].(map[string]any)
+		kmd, _ := k[key]["metadata"].(map[string]any)
+		if msg := standardLabels(md, kmd); msg != "" {
+			t.Errorf("%s: %s: %s", what, key, msg)
+		}
+		if o["kind"] == "Deployment" {
+			pod := o["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)
+			var kpod map[string]any
+			if k[key] != nil {
+				kpod = k[key]["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)
+			}
+			if msg := standardLabels(pod, kpod); msg != "" {
+				t.Errorf("%s: %s pod template: %s", what, key, msg)
+			}
+		}
+	}
 	var keys []string
 	for key := range k {
 		keys = append(keys, key)
@@ -136,6 +173,33 @@ func compare(t *testing.T, what string, kustomize, helm []*unstructured.Unstruct
 			t.Errorf("%s: %s differs: %s", what, key, firstDiff("", k[key], h[key]))
 		}
 	}
+}
+
+// standardLabels checks that Helm's metadata md carries the standard labels,
+// then removes those kustomize's kmd lacks.
+func standardLabels(md, kmd map[string]any) string {
+	labels, _ := md["labels"].(map[string]any)
+	klabels, _ := kmd["labels"].(map[string]any)
+	want := map[string]any{
+		"app.kubernetes.io/name":       nil, // config/'s where it has one
+		"app.kubernetes.io/instance":   "sandbox-fence",
+		"app.kubernetes.io/version":    "0.0.0-dev",
+		"app.kubernetes.io/managed-by": "Helm",
+		"helm.sh/chart":                "sandbox-fence-0.0.0-dev",
+	}
+	for k, v := range want {
+		got, ok := labels[k]
+		if !ok || (v != nil && got != v) {
+			return fmt.Sprintf("label %s is %v, want %v", k, got, v)
+		}
+		if _, ok := klabels[k]; !ok {
+			delete(labels, k)
+		}
+	}
+	if len(labels) == 0 {
+		delete(md, "labels")
+	}
+	return ""
 }
 
 // helm template with the default values renders the same objects as
@@ -188,7 +252,7 @@ func TestChartRendersTheKustomizeBundle(t *testing.T) {
 	}
 }
 
-// Any namespace, any image, no YAML edits, through values: every reference
+// Any release namespace, any image, no YAML edits: every reference
 // follows (the same check as config/install_test.go's for kustomize),
 // with either certificate source.
 func TestChartAnyNamespaceAnyImage(t *testing.T) {
@@ -197,11 +261,19 @@ func TestChartAnyNamespaceAnyImage(t *testing.T) {
 	for _, certs := range []string{"cert-controller", "cert-manager"} {
 		t.Run(certs, func(t *testing.T) {
 			repo, digest, _ := strings.Cut(img, "@")
-			objs := helmTemplate(t, ch, map[string]any{
-				"namespace": map[string]any{"name": "platform-admission"},
-				"image":     map[string]any{"repository": repo, "digest": digest},
-				"webhook":   map[string]any{"certificates": certs},
+			objs := helmTemplateIn(t, ch, "platform-admission", map[string]any{
+				"image":   map[string]any{"repository": repo, "digest": digest},
+				"webhook": map[string]any{"certificates": certs},
 			})
+			for _, o := range objs {
+				if o.GetKind() == "Namespace" {
+					t.Errorf("Namespace %s rendered: the release namespace is Helm's", o.GetName())
+				}
+			}
+			// What helm install -n platform-admission --create-namespace creates.
+			objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "platform-admission"},
+			}})
 			// Helm installs crds/ untemplated: the CRD's rule keeps naming
 			// the webhook in sandbox-fence-system (docs/install.md, "Install
 			// with Helm"); everything else must follow.
@@ -252,6 +324,26 @@ func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	affinity := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "kubernetes.io/arch", "operator": "In", "values": []any{"amd64"}}}}},
+	}}}
+	affinityJSON, err := json.Marshal(affinity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same overrides as a JSON patch: resources merge with the
+	// defaults (Helm merges maps; null deletes a key), the lists replace.
+	podPatch := `[
+{"op": "remove", "path": "/spec/template/spec/containers/0/resources/limits/cpu"},
+{"op": "replace", "path": "/spec/template/spec/containers/0/resources/requests/cpu", "value": "100m"},
+{"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"pool": "system"}},
+{"op": "add", "path": "/spec/template/spec/tolerations", "value": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
+{"op": "add", "path": "/spec/template/spec/affinity", "value": ` + string(affinityJSON) + `},
+{"op": "remove", "path": "/spec/template/spec/topologySpreadConstraints"},
+{"op": "add", "path": "/spec/template/spec/imagePullSecrets", "value": [{"name": "registry"}]},
+{"op": "add", "path": "/spec/template/metadata/labels/team", "value": "platform"},
+{"op": "add", "path": "/spec/template/metadata/annotations", "value": {"example.com/scrape": "true"}}
+]`
 	for _, certs := range []string{"cert-controller", "cert-manager"} {
 		c := Combo{"on", certs, "off", "off", "off"}
 		base := byKey(t, tst.RenderKustomization(t, filepath.Join(root, "config"), Kustomization(c, "", nil)))
@@ -275,6 +367,33 @@ func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
 					"patch":  "[{\"op\": \"replace\", \"path\": \"/spec/template/spec/priorityClassName\", \"value\": \"sandbox-fence-critical\"}]",
 				}}},
 				object: "Deployment/sandbox-fence-system/sandbox-fence-webhook",
+			},
+			{
+				name: "the pod's overrides are a patch of the pod template",
+				vals: map[string]any{
+					"resources":                 map[string]any{"limits": map[string]any{"cpu": nil}, "requests": map[string]any{"cpu": "100m"}},
+					"nodeSelector":              map[string]any{"pool": "system"},
+					"tolerations":               []any{map[string]any{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}},
+					"affinity":                  affinity,
+					"topologySpreadConstraints": []any{},
+					"imagePullSecrets":          []any{map[string]any{"name": "registry"}},
+					"podLabels":                 map[string]any{"team": "platform", "app.kubernetes.io/name": "ignored"},
+					"podAnnotations":            map[string]any{"example.com/scrape": "true"},
+				},
+				edit: map[string]any{"patches": []map[string]any{{
+					"target": map[string]any{"kind": "Deployment", "name": "sandbox-fence-webhook"},
+					"patch":  podPatch,
+				}}},
+				object: "Deployment/sandbox-fence-system/sandbox-fence-webhook",
+			},
+			{
+				name: "serviceAccount.annotations annotate the webhook's ServiceAccount",
+				vals: map[string]any{"serviceAccount": map[string]any{"annotations": map[string]any{"iam.example.com/role": "webhook"}}},
+				edit: map[string]any{"patches": []map[string]any{{
+					"target": map[string]any{"kind": "ServiceAccount", "name": "sandbox-fence-webhook"},
+					"patch":  `[{"op": "add", "path": "/metadata/annotations", "value": {"iam.example.com/role": "webhook"}}]`,
+				}}},
+				object: "ServiceAccount/sandbox-fence-system/sandbox-fence-webhook",
 			},
 			{
 				name: "fenceConfig with hosts and breakGlass is the FenceConfig's spec",
@@ -312,7 +431,7 @@ func TestChartLints(t *testing.T) {
 		"enforcement":  "audit",
 		"webhook":      map[string]any{"certificates": "cert-manager"},
 		"strictDelete": map[string]any{"enabled": true},
-		"namespace":    map[string]any{"name": "platform-admission", "create": false},
+		"tolerations":  []any{map[string]any{"key": "dedicated", "operator": "Exists"}},
 	}} {
 		res := lint.AllWithKubeVersion(chartDir, vals, "default", kubeVersion)
 		for _, m := range res.Messages {
@@ -321,19 +440,29 @@ func TestChartLints(t *testing.T) {
 			}
 		}
 	}
+	// helm lint --set resources=1 fails on the schema.
+	res := lint.AllWithKubeVersion(chartDir, map[string]any{"resources": 1}, "default", kubeVersion)
+	if res.HighestSeverity < support.ErrorSev {
+		t.Errorf("helm lint --set resources=1: %v, want an error from values.schema.json", res.Messages)
+	}
 }
 
-// A value outside the modes, a namespace that is no DNS label: the install
-// fails and says which value.
+// values.schema.json: a value outside the modes or the certificate sources,
+// a key the chart does not have (namespace.name, which the release
+// namespace replaced), a wrong type: the install fails and says which value.
 func TestChartRefusesBadValues(t *testing.T) {
 	ch := loadChart(t)
 	for _, tc := range []struct {
 		vals map[string]any
 		want string
 	}{
-		{map[string]any{"enforcement": "enforce"}, `enforcement "enforce": must be deny, warn, audit`},
-		{map[string]any{"namespace": map[string]any{"name": "Platform_Admission"}}, `namespace.name "Platform_Admission": must be a DNS label`},
-		{map[string]any{"webhook": map[string]any{"certificates": "vault"}}, `webhook.certificates "vault": must be cert-controller or cert-manager`},
+		{map[string]any{"enforcement": "enforce"}, `at '/enforcement': value must be one of 'deny', 'warn', 'audit'`},
+		{map[string]any{"webhook": map[string]any{"certificates": "vault"}}, `at '/webhook/certificates': value must be one of 'cert-controller', 'cert-manager'`},
+		// A key the chart does not have, a wrong type.
+		{map[string]any{"namespace": map[string]any{"name": "platform-admission"}}, `additional properties 'namespace' not allowed`},
+		{map[string]any{"replicas": "two"}, `replicas`},
+		{map[string]any{"tolerations": map[string]any{"key": "dedicated"}}, `tolerations`},
+		{map[string]any{"serviceAccount": map[string]any{"annotation": map[string]any{}}}, `additional properties 'annotation' not allowed`},
 	} {
 		inst := action.NewInstall(&action.Configuration{})
 		inst.DryRun, inst.ClientOnly, inst.ReleaseName, inst.Namespace = true, true, "sandbox-fence", "default"

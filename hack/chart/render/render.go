@@ -13,14 +13,23 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Template renders ch with vals as release "sandbox-fence" in namespace
-// default, client-only, at kubeVersion: Helm's client-only default, v1.20,
-// is below the chart's kubeVersion. It returns one object per non-empty
-// document of the manifest.
+// Namespace is the release namespace docs/install.md installs into
+// (helm install -n), the one config/default names.
+const Namespace = "sandbox-fence-system"
+
+// Template renders ch with vals as release "sandbox-fence" in Namespace.
 func Template(ch *chart.Chart, vals map[string]any, kubeVersion *chartutil.KubeVersion, apiVersions ...string) ([]map[string]any, error) {
+	return TemplateIn(ch, Namespace, vals, kubeVersion, apiVersions...)
+}
+
+// TemplateIn renders ch with vals as release "sandbox-fence" in namespace,
+// client-only, at kubeVersion: Helm's client-only default, v1.20, is below
+// the chart's kubeVersion. It returns one object per non-empty document of
+// the manifest.
+func TemplateIn(ch *chart.Chart, namespace string, vals map[string]any, kubeVersion *chartutil.KubeVersion, apiVersions ...string) ([]map[string]any, error) {
 	inst := action.NewInstall(&action.Configuration{})
 	inst.DryRun, inst.ClientOnly, inst.IncludeCRDs, inst.Replace = true, true, true, true
-	inst.ReleaseName, inst.Namespace, inst.KubeVersion = "sandbox-fence", "default", kubeVersion
+	inst.ReleaseName, inst.Namespace, inst.KubeVersion = "sandbox-fence", namespace, kubeVersion
 	// What the API server serves beyond its own kinds (helm template
 	// --api-versions), which .Capabilities.APIVersions.Has reads.
 	inst.APIVersions = apiVersions
