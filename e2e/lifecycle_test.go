@@ -79,9 +79,17 @@ var (
 		{"kubectl", "delete", "-f", "install.yaml", "--ignore-not-found"},
 		{"kubectl", "delete", "crd", "fenceconfigs.fence.sandbox.namzu.ai", "--ignore-not-found"},
 	}
+	// chartNamespace: the release namespace, made before helm install so
+	// the webhook's pods are admitted under the restricted Pod Security
+	// profile (helm install --create-namespace would make it unlabelled).
+	chartNamespace = [][]string{
+		{"kubectl", "create", "namespace", "sandbox-fence-system"},
+		{"kubectl", "label", "namespace", "sandbox-fence-system", "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest"},
+	}
 	uninstallChart = [][]string{
-		{"helm", "uninstall", "sandbox-fence", "--wait"},
+		{"helm", "uninstall", "sandbox-fence", "-n", "sandbox-fence-system", "--wait"},
 		{"kubectl", "delete", "crd", "fenceconfigs.fence.sandbox.namzu.ai", "--ignore-not-found"},
+		{"kubectl", "delete", "namespace", "sandbox-fence-system", "--ignore-not-found"},
 	}
 )
 
@@ -314,9 +322,10 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	t.Log("install v0.1.0's chart, upgrade to v0.1.1's, uninstall (docs/install.md, Install with Helm)")
 	values := filepath.Join(dir, "values.yaml")
 	writeValues(t, values)
-	l.run(ctx, nil, [][]string{{"helm", "install", "sandbox-fence", v1.Chart(), "--values", values, "--wait"}})
+	l.run(ctx, nil, chartNamespace)
+	l.run(ctx, nil, [][]string{{"helm", "install", "sandbox-fence", v1.Chart(), "-n", "sandbox-fence-system", "--values", values, "--wait"}})
 	l.ready(ctx, v1.Image, false)
-	l.run(ctx, nil, [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart(), "--values", values, "--wait"}})
+	l.run(ctx, nil, [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart(), "-n", "sandbox-fence-system", "--values", values, "--wait"}})
 	l.ready(ctx, v2.Image, false)
 	// The chart's crds/ are config/crd, the CRD the suite's bundle renders.
 	shippedCRDs, _, _ := shipped.Split()
@@ -409,7 +418,7 @@ func writeValues(t *testing.T, path string) {
 // its crds/ are not listed).
 func helmManifest(ctx context.Context, l *lifecycle) []*unstructured.Unstructured {
 	l.t.Helper()
-	out, err := exec.CommandContext(ctx, filepath.Join(l.bin, "helm"), "get", "manifest", "sandbox-fence", "--kubeconfig", l.kubeconfig).Output()
+	out, err := exec.CommandContext(ctx, filepath.Join(l.bin, "helm"), "get", "manifest", "sandbox-fence", "-n", "sandbox-fence-system", "--kubeconfig", l.kubeconfig).Output()
 	if err != nil {
 		l.t.Fatalf("helm get manifest: %v", err)
 	}
@@ -431,7 +440,7 @@ func TestTheLifecycleCommandsAreDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, set := range [][][]string{installFromRelease, configureRelease, upgradeRelease, uninstallFirst, uninstallRest, uninstallChart} {
+	for _, set := range [][][]string{installFromRelease, configureRelease, upgradeRelease, uninstallFirst, uninstallRest, chartNamespace, uninstallChart} {
 		for _, c := range set {
 			if line := strings.Join(c, " "); !bytes.Contains(doc, []byte(line)) {
 				t.Errorf("docs/install.md does not give the command the lifecycle case runs: %s", line)
