@@ -208,16 +208,61 @@ func TestChartDefaultsRenderConfigDefault(t *testing.T) {
 	compare(t, "default values", tst.Render(t, filepath.Join(root, "config"), "default"), helmTemplate(t, loadChart(t), nil))
 }
 
-// Every switch, one value each, against the kustomization an admin would
-// write for it: webhook on/off, cert-controller or cert-manager, strict
-// delete on/off, the webhook's network policy on/off, each enforcement mode (its config/components/enforcement
-// component).
+// Combo is one value of every switch kustomize offers: webhook on/off,
+// cert-controller or cert-manager, strict delete on/off, the webhook's
+// network policy on/off, the Cilium baseline on/off.
+type Combo [5]string
+
+// Combos lists every combination of the switches.
+func Combos() []Combo {
+	var out []Combo
+	for _, w := range []string{"on", "off"} {
+		for _, c := range []string{"cert-controller", "cert-manager"} {
+			for _, s := range []string{"off", "on"} {
+				for _, n := range []string{"off", "on"} {
+					for _, b := range []string{"on", "off"} {
+						out = append(out, Combo{w, c, s, n, b})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Kustomization is what an admin writes for a combo: config/ as config/.
+func Kustomization(c Combo, components ...string) map[string]any {
+	res := []string{"config/vap"}
+	if c[0] == "on" {
+		if c[1] == "cert-manager" {
+			res = append(res, "config/webhook/overlays/cert-manager")
+		} else {
+			res = append(res, "config/webhook")
+		}
+	}
+	k := map[string]any{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": res}
+	if c[2] == "on" {
+		components = append([]string{"config/vap/components/strict-delete"}, components...)
+	}
+	if c[0] == "on" && c[3] == "on" {
+		components = append(components, "config/components/network-policy")
+	}
+	if c[4] == "on" {
+		components = append(components, "config/components/cilium-baseline")
+	}
+	if len(components) > 0 {
+		k["components"] = components
+	}
+	return k
+}
+
+// Every combination of the switches (Combos), in each enforcement mode (its
+// config/components/enforcement component), against the kustomization an
+// admin would write for it: this holds the generator's hand-written layer
+// conditions, a switch the webhook is off for included.
 func TestChartRendersTheKustomizeBundle(t *testing.T) {
 	ch := loadChart(t)
 	for _, c := range Combos() {
-		if c[0] == "off" && (c[1] == "cert-manager" || c[3] == "on") {
-			continue // the same rendering as cert-controller without the policy: no webhook
-		}
 		for _, m := range enforcement.Modes {
 			name := fmt.Sprintf("%v/%s", c, m)
 			t.Run(name, func(t *testing.T) {
@@ -225,7 +270,7 @@ func TestChartRendersTheKustomizeBundle(t *testing.T) {
 				if m != enforcement.Deny {
 					comps = append(comps, "config/components/enforcement/"+string(m))
 				}
-				k := Kustomization(c, "", nil, comps...)
+				k := Kustomization(c, comps...)
 				kobjs := tst.RenderKustomization(t, filepath.Join(root, "config"), k)
 				// The strict-delete component binds; the FenceConfig switch
 				// is the admin's (docs/install.md): the chart sets both.
@@ -346,7 +391,7 @@ func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
 ]`
 	for _, certs := range []string{"cert-controller", "cert-manager"} {
 		c := Combo{"on", certs, "off", "off", "off"}
-		base := byKey(t, tst.RenderKustomization(t, filepath.Join(root, "config"), Kustomization(c, "", nil)))
+		base := byKey(t, tst.RenderKustomization(t, filepath.Join(root, "config"), Kustomization(c)))
 		for _, tc := range []struct {
 			name   string
 			vals   map[string]any
@@ -406,7 +451,7 @@ func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
 			},
 		} {
 			t.Run(certs+"/"+tc.name, func(t *testing.T) {
-				k := Kustomization(c, "", nil)
+				k := Kustomization(c)
 				for key, v := range tc.edit {
 					k[key] = v
 				}

@@ -1,10 +1,9 @@
 // Command chart generates the Helm chart charts/sandbox-fence from config/,
 // the one source of truth (make chart; docs/install.md, "Install with
-// Helm"). It renders config/ with kustomize once for every combination of
-// the switches kustomize offers (webhook on/off, cert-controller or
-// cert-manager, strict delete on/off, the webhook's network policy on/off),
-// gives each object the condition of
-// the combinations it appears in, and puts values where config/ has its
+// Helm"). It renders config/ with kustomize once per layer (config/vap,
+// the webhook with either certificate source, each optional component),
+// gives each object the condition of the layer that adds it, and puts
+// values where config/ has its
 // defaults: the release namespace (rendered through
 // config/transformers/namespace, so every string that embeds it follows),
 // the image, the replicas, the enforcement mode (internal/enforcement's
@@ -18,7 +17,7 @@
 //
 // TestChartIsCurrent fails when the committed chart differs from this
 // output; TestChartRendersTheKustomizeBundle compares what Helm renders with
-// what kustomize renders, switch by switch.
+// what kustomize renders for every combination of the switches.
 package main
 
 import (
@@ -73,104 +72,35 @@ var podValues = []struct{ key, field string }{
 	{"imagePullSecrets", "imagePullSecrets"},
 }
 
-// dim is one switch kustomize offers, and the Helm expression of each value.
-type dim struct {
-	name   string
-	values []string
-	cond   func(v string) string
+// A layer is one kustomization an admin writes (config/ as config/) and
+// the Helm condition, a conjunction, of the objects it adds to config/vap.
+// The two certificate sources are two versions of the webhook: an object
+// both render alike needs .Values.webhook.enabled alone.
+type layer struct {
+	cond       []string
+	resources  []string
+	components []string
 }
 
-var dims = []dim{
-	{"webhook", []string{"on", "off"}, func(v string) string {
-		if v == "on" {
-			return ".Values.webhook.enabled"
-		}
-		return "(not .Values.webhook.enabled)"
-	}},
-	{"certificates", []string{"cert-controller", "cert-manager"}, func(v string) string {
-		return fmt.Sprintf("(eq .Values.webhook.certificates %q)", v)
-	}},
-	{"strictDelete", []string{"off", "on"}, func(v string) string {
-		if v == "on" {
-			return ".Values.strictDelete.enabled"
-		}
-		return "(not .Values.strictDelete.enabled)"
-	}},
-	{"networkPolicy", []string{"off", "on"}, func(v string) string {
-		if v == "on" {
-			return ".Values.networkPolicy.enabled"
-		}
-		return "(not .Values.networkPolicy.enabled)"
-	}},
-	// The baseline: on by default wherever the API server
-	// serves Cilium's clusterwide policies, asked of it at install.
-	{"ciliumBaseline", []string{"on", "off"}, func(v string) string {
-		on := "(and .Values.ciliumBaseline.enabled (.Capabilities.APIVersions.Has " + strconv.Quote(CiliumClusterwidePolicyAPI) + "))"
-		if v == "on" {
-			return on
-		}
-		return "(not " + on + ")"
-	}},
+const webhookOn = ".Values.webhook.enabled"
+
+func certIs(v string) string { return fmt.Sprintf("(eq .Values.webhook.certificates %q)", v) }
+
+var layers = []layer{
+	{nil, []string{"config/vap"}, nil},
+	{[]string{webhookOn, certIs("cert-controller")}, []string{"config/vap", "config/webhook"}, nil},
+	{[]string{webhookOn, certIs("cert-manager")}, []string{"config/vap", "config/webhook/overlays/cert-manager"}, nil},
+	{[]string{".Values.strictDelete.enabled"}, []string{"config/vap"}, []string{"config/vap/components/strict-delete"}},
+	{[]string{webhookOn, ".Values.networkPolicy.enabled"}, []string{"config/vap", "config/webhook"}, []string{"config/components/network-policy"}},
+	// The baseline: on by default wherever the API server serves Cilium's
+	// clusterwide policies, asked of it at install.
+	{[]string{"(and .Values.ciliumBaseline.enabled (.Capabilities.APIVersions.Has " + strconv.Quote(CiliumClusterwidePolicyAPI) + "))"},
+		[]string{"config/vap"}, []string{"config/components/cilium-baseline"}},
 }
 
 // CiliumClusterwidePolicyAPI is what the chart asks the API server for
 // before it installs the baseline.
 const CiliumClusterwidePolicyAPI = "cilium.io/v2/CiliumClusterwideNetworkPolicy"
-
-// Combo is one value of every dim, in dims' order.
-type Combo []string
-
-// Kustomization is what an admin writes for a combo: config/ as config/.
-func Kustomization(c Combo, namespace string, images []map[string]string, components ...string) map[string]any {
-	res := []string{"config/vap"}
-	if c[0] == "on" {
-		if c[1] == "cert-manager" {
-			res = append(res, "config/webhook/overlays/cert-manager")
-		} else {
-			res = append(res, "config/webhook")
-		}
-	}
-	k := map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1beta1",
-		"kind":       "Kustomization",
-		"resources":  res,
-	}
-	if c[2] == "on" {
-		components = append([]string{"config/vap/components/strict-delete"}, components...)
-	}
-	if c[0] == "on" && c[3] == "on" {
-		components = append(components, "config/components/network-policy")
-	}
-	if c[4] == "on" {
-		components = append(components, "config/components/cilium-baseline")
-	}
-	if len(components) > 0 {
-		k["components"] = components
-	}
-	if namespace != "" && c[0] == "on" {
-		k["namespace"] = namespace
-		k["transformers"] = []string{"config/transformers/namespace"}
-	}
-	if len(images) > 0 {
-		k["images"] = images
-	}
-	return k
-}
-
-// Combos lists every combination of the dims.
-func Combos() []Combo {
-	out := []Combo{{}}
-	for _, d := range dims {
-		var next []Combo
-		for _, c := range out {
-			for _, v := range d.values {
-				next = append(next, append(slices.Clone(c), v))
-			}
-		}
-		out = next
-	}
-	return out
-}
 
 // Build renders kustomization k beside configDir (linked as config/).
 func Build(configDir string, k map[string]any) ([]map[string]any, error) {
@@ -249,10 +179,12 @@ func main() {
 	}
 }
 
-// version of a generated object: its text and the combos it appears in.
+// version of a generated object: its text, its condition, the layer that
+// first rendered it.
 type version struct {
-	text   string
-	combos []Combo
+	text  string
+	cond  []string
+	layer int
 }
 
 type object struct {
@@ -269,10 +201,17 @@ func Generate(configDir, chartVersion, image string) (map[string][]byte, error) 
 	images := []map[string]string{{"name": "sandbox-fence/webhook", "newName": imageSentinel, "newTag": imageTagSentinel}}
 	var objects []*object
 	byKey := map[string]*object{}
-	var crds []map[string]any
+	crds := map[string]map[string]any{}
 	defaults := map[string]any{}
-	for _, c := range Combos() {
-		objs, err := Build(configDir, Kustomization(c, nsSentinel, images))
+	for i, l := range layers {
+		k := map[string]any{"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": l.resources, "images": images}
+		if len(l.components) > 0 {
+			k["components"] = l.components
+		}
+		if len(l.resources) > 1 { // the webhook's, in the namespace that becomes the release's
+			k["namespace"], k["transformers"] = nsSentinel, []string{"config/transformers/namespace"}
+		}
+		objs, err := Build(configDir, k)
 		if err != nil {
 			return nil, err
 		}
@@ -280,13 +219,11 @@ func Generate(configDir, chartVersion, image string) (map[string][]byte, error) 
 			kind, _ := o["kind"].(string)
 			md, _ := o["metadata"].(map[string]any)
 			name, _ := md["name"].(string)
-			if kind == "Namespace" {
+			switch kind {
+			case "Namespace":
 				continue // the release namespace, Helm's (helm install -n X --create-namespace)
-			}
-			if kind == "CustomResourceDefinition" {
-				if slices.Equal(c, Combos()[0]) {
-					crds = append(crds, o)
-				}
+			case "CustomResourceDefinition":
+				crds[name] = o
 				continue
 			}
 			if err := templatize(o, defaults); err != nil {
@@ -304,17 +241,16 @@ func Generate(configDir, chartVersion, image string) (map[string][]byte, error) 
 				byKey[key] = obj
 				objects = append(objects, obj)
 			}
-			var v *version
-			for _, have := range obj.versions {
-				if have.text == text {
-					v = have
-				}
+			idx := slices.IndexFunc(obj.versions, func(v *version) bool { return v.text == text })
+			switch {
+			case idx >= 0 && i == 2 && obj.versions[idx].layer == 1: // both certificate sources alike
+				obj.versions[idx].cond = []string{webhookOn}
+			case idx >= 0: // an earlier layer's, unchanged
+			case len(obj.versions) == 0 || i == 2 && obj.versions[0].layer == 1:
+				obj.versions = append(obj.versions, &version{text: text, cond: l.cond, layer: i})
+			default:
+				return nil, fmt.Errorf("%s: %v renders it unlike %v, which no condition of the chart says", key, l, layers[obj.versions[0].layer])
 			}
-			if v == nil {
-				v = &version{text: text}
-				obj.versions = append(obj.versions, v)
-			}
-			v.combos = append(v.combos, c)
 		}
 	}
 
@@ -323,21 +259,17 @@ func Generate(configDir, chartVersion, image string) (map[string][]byte, error) 
 		var b strings.Builder
 		b.WriteString("# Generated by hack/chart from config/ (make chart); do not edit.\n")
 		for j, v := range o.versions {
-			cond, err := condition(v.combos)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", o.key, err)
-			}
 			if j > 0 {
 				b.WriteString("---\n")
 			}
 			text := fill(v.text, defaults["podLabelsKept"].(string))
-			switch len(cond) {
+			switch len(v.cond) {
 			case 0:
 				b.WriteString(text)
 			default:
-				expr := cond[0]
-				if len(cond) > 1 {
-					expr = "and " + strings.Join(cond, " ")
+				expr := v.cond[0]
+				if len(v.cond) > 1 {
+					expr = "and " + strings.Join(v.cond, " ")
 				}
 				fmt.Fprintf(&b, "{{- if %s }}\n%s{{- end }}\n", expr, text)
 			}
@@ -620,33 +552,6 @@ func fill(text, podLabelsKept string) string {
 
 // stdLabels are the keys sandbox-fence.labels writes, quoted.
 const stdLabels = `"helm.sh/chart" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by"`
-
-// condition is the Helm condition of a set of combos: a conjunction of one
-// value set per dim, or an error when the set is not a product (a
-// combination of switches config/ renders in a way no conjunction says).
-func condition(combos []Combo) ([]string, error) {
-	var cond []string
-	total := 1
-	for i, d := range dims {
-		var vals []string
-		for _, c := range combos {
-			if !slices.Contains(vals, c[i]) {
-				vals = append(vals, c[i])
-			}
-		}
-		total *= len(vals)
-		if len(vals) < len(d.values) {
-			if len(vals) != 1 {
-				return nil, fmt.Errorf("dim %s: values %v", d.name, vals)
-			}
-			cond = append(cond, d.cond(vals[0]))
-		}
-	}
-	if total != len(combos) {
-		return nil, fmt.Errorf("rendered in %v, which no conjunction of switches describes", combos)
-	}
-	return cond, nil
-}
 
 // helpers is _helpers.tpl: the mode's fields come from internal/enforcement.
 func helpers() string {
