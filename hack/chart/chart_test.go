@@ -210,8 +210,8 @@ func TestChartDefaultsRenderConfigDefault(t *testing.T) {
 
 // Combo is one value of every switch kustomize offers: webhook on/off,
 // cert-controller or cert-manager, strict delete on/off, the webhook's
-// network policy on/off, the Cilium baseline on/off.
-type Combo [5]string
+// network policy on/off, the Cilium baseline on/off, monitoring on/off.
+type Combo [6]string
 
 // Combos lists every combination of the switches.
 func Combos() []Combo {
@@ -221,7 +221,11 @@ func Combos() []Combo {
 			for _, s := range []string{"off", "on"} {
 				for _, n := range []string{"off", "on"} {
 					for _, b := range []string{"on", "off"} {
-						out = append(out, Combo{w, c, s, n, b})
+						out = append(out, Combo{w, c, s, n, b, "off"})
+						// Monitoring needs the webhook with cert-controller.
+						if w == "on" && c == "cert-controller" {
+							out = append(out, Combo{w, c, s, n, b, "on"})
+						}
 					}
 				}
 			}
@@ -249,6 +253,9 @@ func Kustomization(c Combo, components ...string) map[string]any {
 	}
 	if c[4] == "on" {
 		components = append(components, "config/components/cilium-baseline")
+	}
+	if c[5] == "on" {
+		components = append(components, "config/components/monitoring")
 	}
 	if len(components) > 0 {
 		k["components"] = components
@@ -284,6 +291,7 @@ func TestChartRendersTheKustomizeBundle(t *testing.T) {
 					"webhook":       map[string]any{"enabled": c[0] == "on", "certificates": c[1]},
 					"strictDelete":  map[string]any{"enabled": c[2] == "on"},
 					"networkPolicy": map[string]any{"enabled": c[3] == "on"},
+					"monitoring":    map[string]any{"enabled": c[5] == "on"},
 				}
 				// The baseline's switch is the API server's answer: on
 				// where it serves Cilium's clusterwide policies.
@@ -508,6 +516,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{map[string]any{"replicas": "two"}, `replicas`},
 		{map[string]any{"tolerations": map[string]any{"key": "dedicated"}}, `tolerations`},
 		{map[string]any{"serviceAccount": map[string]any{"annotation": map[string]any{}}}, `additional properties 'annotation' not allowed`},
+		// Monitoring the chart cannot render rightly: refused, not dropped.
+		{map[string]any{"monitoring": map[string]any{"enabled": true}, "webhook": map[string]any{"certificates": "cert-manager"}}, `monitoring.enabled needs webhook.enabled`},
+		{map[string]any{"monitoring": map[string]any{"enabled": true}, "webhook": map[string]any{"enabled": false}}, `monitoring.enabled needs webhook.enabled`},
 	} {
 		inst := action.NewInstall(&action.Configuration{})
 		inst.DryRun, inst.ClientOnly, inst.ReleaseName, inst.Namespace = true, true, "sandbox-fence", "default"

@@ -92,6 +92,9 @@ var layers = []layer{
 	{[]string{webhookOn, certIs("cert-manager")}, []string{"config/vap", "config/webhook/overlays/cert-manager"}, nil},
 	{[]string{".Values.strictDelete.enabled"}, []string{"config/vap"}, []string{"config/vap/components/strict-delete"}},
 	{[]string{webhookOn, ".Values.networkPolicy.enabled"}, []string{"config/vap", "config/webhook"}, []string{"config/components/network-policy"}},
+	// Monitoring reads the webhook's serving CA from cert-controller's
+	// Secret; fenceConfigSpec refuses it with cert-manager or no webhook.
+	{[]string{webhookOn, certIs("cert-controller"), ".Values.monitoring.enabled"}, []string{"config/vap", "config/webhook"}, []string{"config/components/monitoring"}},
 	// The baseline: on by default wherever the API server serves Cilium's
 	// clusterwide policies, asked of it at install.
 	{[]string{"(and .Values.ciliumBaseline.enabled (.Capabilities.APIVersions.Has " + strconv.Quote(CiliumClusterwidePolicyAPI) + "))"},
@@ -382,6 +385,14 @@ strictDelete:
 networkPolicy:
   enabled: false
 
+# Monitoring (config/components/monitoring; docs/webhook.md, Metrics): the
+# metrics Service, a ServiceMonitor, the PrometheusRule of the alerts and the
+# Grafana dashboard as a ConfigMap. Needs the Prometheus Operator's CRDs and
+# the webhook with cert-controller's certificates (the ServiceMonitor checks
+# the webhook against that Secret's CA); refused otherwise.
+monitoring:
+  enabled: false
+
 # The baseline (config/components/cilium-baseline; docs/install.md, The
 # baseline): every pod in an opted-in namespace reaches
 # kube-dns and what its own per-sandbox policy allows, never link-local or
@@ -520,8 +531,14 @@ var (
 	valueLine  = regexp.MustCompile(`(?m)^( *)([A-Za-z]+): ` + valuePH + `([A-Za-z.]+)\n`)
 )
 
-// fill replaces the placeholders with template actions.
+// templateBraces are the delimiters of a template action.
+var templateBraces = regexp.MustCompile(`\{\{|\}\}`)
+
+// fill replaces the placeholders with template actions, after quoting the
+// braces config/ itself holds (the alerts' Prometheus templates), so Helm
+// writes them as they are.
 func fill(text, podLabelsKept string) string {
+	text = templateBraces.ReplaceAllStringFunc(text, func(b string) string { return `{{"` + b + `"}}` })
 	text = argLine.ReplaceAllString(text, "$1{{- if ne .Values.enforcement \"deny\" }}\n$1- --enforcement={{ .Values.enforcement }}\n$1{{- end }}\n")
 	text = labelsLine.ReplaceAllStringFunc(text, func(l string) string {
 		ind := labelsLine.FindStringSubmatch(l)[1]
@@ -600,6 +617,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 
 {{- define "sandbox-fence.fenceConfigSpec" -}}
 {{- if not (has .Values.webhook.certificates (list "cert-controller" "cert-manager")) }}{{ fail (printf "values: webhook.certificates %q: must be cert-controller or cert-manager" .Values.webhook.certificates) }}{{ end -}}
+{{- if and .Values.monitoring.enabled (not (and .Values.webhook.enabled (eq .Values.webhook.certificates "cert-controller"))) }}{{ fail "values: monitoring.enabled needs webhook.enabled with webhook.certificates cert-controller: the ServiceMonitor verifies the webhook with that Secret's CA (docs/install.md, Install with Helm)" }}{{ end -}}
 {{- $spec := deepCopy (.Values.fenceConfig | default dict) -}}
 {{- if .Values.strictDelete.enabled }}{{ $_ := set $spec "strictDelete" true }}{{ end -}}
 {{- toJson $spec -}}
@@ -641,6 +659,7 @@ func valuesSchema() ([]byte, error) {
 		"webhook":                   obj(map[string]any{"enabled": boolean, "certificates": map[string]any{"type": "string", "enum": []string{"cert-controller", "cert-manager"}}}),
 		"strictDelete":              obj(map[string]any{"enabled": boolean}),
 		"networkPolicy":             obj(map[string]any{"enabled": boolean}),
+		"monitoring":                obj(map[string]any{"enabled": boolean}),
 		"ciliumBaseline":            obj(map[string]any{"enabled": boolean}),
 		"fenceConfig":               anyObj,
 	}

@@ -32,6 +32,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 
 {{- define "sandbox-fence.fenceConfigSpec" -}}
 {{- if not (has .Values.webhook.certificates (list "cert-controller" "cert-manager")) }}{{ fail (printf "values: webhook.certificates %q: must be cert-controller or cert-manager" .Values.webhook.certificates) }}{{ end -}}
+{{- if and .Values.monitoring.enabled (not (and .Values.webhook.enabled (eq .Values.webhook.certificates "cert-controller"))) }}{{ fail "values: monitoring.enabled needs webhook.enabled with webhook.certificates cert-controller: the ServiceMonitor verifies the webhook with that Secret's CA (docs/install.md, Install with Helm)" }}{{ end -}}
 {{- $spec := deepCopy (.Values.fenceConfig | default dict) -}}
 {{- if .Values.strictDelete.enabled }}{{ $_ := set $spec "strictDelete" true }}{{ end -}}
 {{- toJson $spec -}}
