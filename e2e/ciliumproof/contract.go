@@ -1,6 +1,7 @@
 package ciliumproof
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,6 +13,8 @@ import (
 	"github.com/cilium/cilium/pkg/policy/api"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach/protocol"
 )
 
 // Subject is the sandbox a per-sandbox policy is for: its namespace, the
@@ -70,7 +73,7 @@ const (
 	podKubeDNS = "kube-dns"
 )
 
-func requestPods(s Subject) (pods []reachPod, bystanders []string) {
+func requestPods(s Subject) (pods []protocol.Pod, bystanders []string) {
 	ns := func(name string, extra ...string) map[string]string {
 		m := map[string]string{"kubernetes.io/metadata.name": name}
 		for i := 0; i+1 < len(extra); i += 2 {
@@ -86,7 +89,7 @@ func requestPods(s Subject) (pods []reachPod, bystanders []string) {
 		other += "-2"
 	}
 	otherKey := "sandbox.example.org/owner"
-	pods = []reachPod{
+	pods = []protocol.Pod{
 		{Name: podSandbox, Namespace: s.Namespace, Labels: map[string]string{s.LabelKey: s.Owner, "app": "agent"},
 			NamespaceLabels: optedIn(s.Namespace), ServiceAccount: "sandbox"},
 		// Bystanders, pods[1:7].
@@ -159,7 +162,7 @@ var (
 // bystanderPeers are the reserved identities and raw addresses a bystander
 // tries beside every pod and the first answers of each domain: a policy
 // that selects a bystander shows in any of them.
-var bystanderPeers = []peer{
+var bystanderPeers = []protocol.Peer{
 	{Reserved: "world"}, {Reserved: "host"}, {Reserved: "remote-node"}, {Reserved: "kube-apiserver"},
 	{IP: "8.8.8.8"}, {IP: "10.0.0.1"}, {IP: "169.254.169.254"}, {IP: "fd00:ec2::254"},
 }
@@ -168,7 +171,7 @@ var bystanderPeers = []peer{
 // contract says of each flow it looks up: what the policy's FQDN selectors
 // reach, and what the baseline allows and denies.
 type Plan struct {
-	Request reachRequest
+	Request protocol.Request
 	// expect holds one expectation per verdict, in the answer's order.
 	expect []expectation
 	// findings are what is outside the contract before any flow: a selector
@@ -178,7 +181,7 @@ type Plan struct {
 
 type expectation struct {
 	from string
-	to   peer
+	to   protocol.Peer
 	port string
 	// names are the DNS names the address answers for.
 	names []string
@@ -192,7 +195,7 @@ type expectation struct {
 // DNS answers for the names SampleNames gives around the domain of each of
 // the policy's toFQDNs selectors (drawn from rng) and extra answers, and the
 // flows from the sandbox and from every bystander.
-func NewPlan(policy map[string]any, s Subject, baseline string, rng *rand.Rand, extra ...dnsAnswer) *Plan {
+func NewPlan(policy map[string]any, s Subject, baseline string, rng *rand.Rand, extra ...protocol.DNSAnswer) *Plan {
 	p := &Plan{}
 	allow, domains, findings := readAllowlist(policy)
 	p.findings = findings
@@ -200,12 +203,16 @@ func NewPlan(policy map[string]any, s Subject, baseline string, rng *rand.Rand, 
 		domains = []string{"example.com"} // answers no selector asked for
 	}
 	pods, bystanders := requestPods(s)
-	p.Request = reachRequest{Baseline: baseline, Policy: policy, Pods: pods}
+	body, err := json.Marshal(policy)
+	if err != nil {
+		panic(err) // a map decoded from JSON or YAML always encodes
+	}
+	p.Request = protocol.Request{Baseline: baseline, Policy: body, Pods: pods}
 
 	// DNS answers, and the names each address answers for.
 	names := map[string][]string{}
 	var addresses []string
-	addAnswer := func(a dnsAnswer) {
+	addAnswer := func(a protocol.DNSAnswer) {
 		p.Request.DNS = append(p.Request.DNS, a)
 		for _, ip := range a.IPs {
 			if names[ip] == nil {
@@ -218,7 +225,7 @@ func NewPlan(policy map[string]any, s Subject, baseline string, rng *rand.Rand, 
 	k := 0
 	for _, d := range domains {
 		for j, n := range SampleNames(d, rng) {
-			a := dnsAnswer{Name: n, IPs: []string{answerAddress(k)}}
+			a := protocol.DNSAnswer{Name: n, IPs: []string{answerAddress(k)}}
 			if j < len(metadataAnswers) || k%7 == 0 {
 				a.IPs = append(a.IPs, metadataAnswers[k%len(metadataAnswers)])
 			}
@@ -233,31 +240,31 @@ func NewPlan(policy map[string]any, s Subject, baseline string, rng *rand.Rand, 
 		addAnswer(a)
 	}
 
-	var podPeers, reserved []peer
+	var podPeers, reserved []protocol.Peer
 	for _, pod := range pods {
-		podPeers = append(podPeers, peer{Pod: pod.Name})
+		podPeers = append(podPeers, protocol.Peer{Pod: pod.Name})
 	}
 	for _, r := range reservedPeers {
-		reserved = append(reserved, peer{Reserved: r})
+		reserved = append(reserved, protocol.Peer{Reserved: r})
 	}
-	var rawPeers, answerPeers, bystanderAnswerPeers []peer
+	var rawPeers, answerPeers, bystanderAnswerPeers []protocol.Peer
 	for _, ip := range rawAddresses {
-		rawPeers = append(rawPeers, peer{IP: ip})
+		rawPeers = append(rawPeers, protocol.Peer{IP: ip})
 	}
 	for _, ip := range addresses {
 		if !slices.Contains(rawAddresses, ip) {
-			answerPeers = append(answerPeers, peer{IP: ip})
+			answerPeers = append(answerPeers, protocol.Peer{IP: ip})
 		}
 	}
 	for _, ip := range firstNames {
-		bystanderAnswerPeers = append(bystanderAnswerPeers, peer{IP: ip})
+		bystanderAnswerPeers = append(bystanderAnswerPeers, protocol.Peer{IP: ip})
 	}
 
 	// Whether the contract lets a pod send a flow: kube-dns on 53 for every
 	// pod (the baseline); for the sandbox, an address a name of its
 	// allowlist answered with, on a port that name's rule opens, unless it is
 	// an address no pod reaches.
-	want := func(from string, to peer, port string) (bool, bool) {
+	want := func(from string, to protocol.Peer, port string) (bool, bool) {
 		proto, n := splitPort(port)
 		if to.Pod == podKubeDNS {
 			return n == 53 && (proto == "UDP" || proto == "TCP"), true
@@ -271,8 +278,8 @@ func NewPlan(policy map[string]any, s Subject, baseline string, rng *rand.Rand, 
 		}
 		return allow.reaches(names[to.IP], proto, n), false
 	}
-	add := func(from []string, to []peer, ports []string) {
-		p.Request.Lookups = append(p.Request.Lookups, lookup{From: from, To: to, Ports: ports})
+	add := func(from []string, to []protocol.Peer, ports []string) {
+		p.Request.Lookups = append(p.Request.Lookups, protocol.Lookup{From: from, To: to, Ports: ports})
 		for _, f := range from {
 			for _, t := range to {
 				for _, port := range ports {
@@ -298,7 +305,7 @@ func splitPort(s string) (string, int) {
 // allows the contract allows, and the other way round; kube-dns only
 // through the DNS proxy; no peer the repository could not see. An empty
 // result means the pods reach exactly what the contract says.
-func (p *Plan) Check(ans reachAnswer) []Finding {
+func (p *Plan) Check(ans protocol.Answer) []Finding {
 	out := slices.Clone(p.findings)
 	for _, d := range ans.Dropped {
 		out = append(out, Finding{Where: "policy " + d, Detail: "the agent fills this peer in from cluster state; offline, what it reaches is unknown"})
@@ -312,7 +319,7 @@ func (p *Plan) Check(ans reachAnswer) []Finding {
 	// One finding for each pair of pod and peer, listing its ports.
 	type pair struct {
 		from string
-		to   peer
+		to   protocol.Peer
 	}
 	var order []pair
 	problems := map[pair][]string{}
@@ -339,7 +346,7 @@ func (p *Plan) Check(ans reachAnswer) []Finding {
 		problems[k] = append(problems[k], problem)
 	}
 	for _, k := range order {
-		r := ans.Peers[k.to.key()]
+		r := ans.Peers[k.to.Key()]
 		where := fmt.Sprintf("%s → %s", k.from, k.to)
 		if ns := p.namesOf(k.to); len(ns) > 0 {
 			where += " (" + strings.Join(ns, ", ") + ")"
@@ -353,7 +360,7 @@ func (p *Plan) Check(ans reachAnswer) []Finding {
 	return out
 }
 
-func (p *Plan) namesOf(to peer) []string {
+func (p *Plan) namesOf(to protocol.Peer) []string {
 	for _, e := range p.expect {
 		if e.to == to {
 			return e.names

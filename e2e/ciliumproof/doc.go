@@ -73,7 +73,7 @@
 // nothing of the product. The tests here build it once per test binary
 // (go build with the environment they run under, so make's flags apply)
 // and keep one process, asked one body at a time in JSON lines (helper.go;
-// reach/protocol.go says what each field means).
+// reach/protocol says what each field means).
 //
 // What this module still builds of Cilium against k8s.io v0.37, which
 // compiles and behaves as Cilium's own tests say: CiliumNetworkPolicy.Parse,

@@ -14,95 +14,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach/protocol"
 )
 
 // reachDir is the nested module of the ciliumreach program (reach/main.go),
 // relative to this package.
 const reachDir = "reach"
-
-// The protocol of ciliumreach (reach/protocol.go, whose comments say what
-// each field means), restated: the two sides share no package, because one
-// builds Cilium against k8s.io v0.37 and the other against v0.36. Both
-// sides refuse unknown fields, and reach/main_test.go runs the program's
-// side, so a field renamed on one side fails instead of reading as zero.
-
-type reachRequest struct {
-	ID       int            `json:"id"`
-	Baseline string         `json:"baseline"`
-	Policy   map[string]any `json:"policy"`
-	Pods     []reachPod     `json:"pods"`
-	DNS      []dnsAnswer    `json:"dns"`
-	Lookups  []lookup       `json:"lookups"`
-}
-
-type reachPod struct {
-	Name            string            `json:"name"`
-	Namespace       string            `json:"namespace"`
-	Labels          map[string]string `json:"labels,omitempty"`
-	NamespaceLabels map[string]string `json:"namespaceLabels,omitempty"`
-	ServiceAccount  string            `json:"serviceAccount,omitempty"`
-	Cluster         string            `json:"cluster,omitempty"`
-}
-
-type dnsAnswer struct {
-	Name string   `json:"name"`
-	IPs  []string `json:"ips"`
-}
-
-type lookup struct {
-	From  []string `json:"from"`
-	To    []peer   `json:"to"`
-	Ports []string `json:"ports"`
-}
-
-type peer struct {
-	Pod      string `json:"pod,omitempty"`
-	Reserved string `json:"reserved,omitempty"`
-	IP       string `json:"ip,omitempty"`
-}
-
-func (p peer) String() string {
-	switch {
-	case p.Pod != "":
-		return "pod " + p.Pod
-	case p.Reserved != "":
-		return "reserved:" + p.Reserved
-	}
-	return p.IP
-}
-
-type reachAnswer struct {
-	ID         int                 `json:"id"`
-	Error      string              `json:"error"`
-	ParseError string              `json:"parseError"`
-	Dropped    []string            `json:"dropped"`
-	Unresolved map[string]string   `json:"unresolved"`
-	Peers      map[string]resolved `json:"peers"`
-	Verdicts   []verdict           `json:"verdicts"`
-}
-
-// key is the peer's key in reachAnswer.Peers.
-func (p peer) key() string {
-	switch {
-	case p.Pod != "":
-		return "pod/" + p.Pod
-	case p.Reserved != "":
-		return "reserved/" + p.Reserved
-	}
-	return "ip/" + p.IP
-}
-
-type resolved struct {
-	Identity uint32   `json:"identity"`
-	Labels   []string `json:"labels"`
-	Prefix   string   `json:"prefix"`
-}
-
-type verdict struct {
-	Allowed   bool     `json:"allowed"`
-	ProxyPort uint16   `json:"proxyPort"`
-	Rules     []string `json:"rules"`
-}
 
 // Reach is a running ciliumreach, asked one request at a time.
 //
@@ -173,10 +91,10 @@ func (r *Reach) start() error {
 // Ask sends one request and returns its answer. An answer with Error set is
 // returned as an error: the request was malformed, which is this package's
 // bug, not a finding.
-func (r *Reach) Ask(req reachRequest) (reachAnswer, error) {
+func (r *Reach) Ask(req protocol.Request) (protocol.Answer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ans reachAnswer
+	var ans protocol.Answer
 	if r.asked == recycleEvery {
 		if err := r.stop(); err != nil {
 			return ans, err

@@ -19,6 +19,8 @@ import (
 
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach/protocol"
 )
 
 const (
@@ -110,7 +112,7 @@ func hostBody(t testing.TB, hosts ...string) Body {
 
 // nipAnswers are names under nip.io whose DNS answers are link-local and
 // metadata addresses, as nip.io gives them for any address.
-var nipAnswers = []dnsAnswer{
+var nipAnswers = []protocol.DNSAnswer{
 	{Name: "169-254-169-254.nip.io", IPs: []string{"169.254.169.254"}},
 	{Name: "169-254-170-2.nip.io", IPs: []string{"169.254.170.2"}},
 	{Name: "fe80--1.nip.io", IPs: []string{"fe80::1"}},
@@ -141,7 +143,7 @@ func TestAPodReachesItsAllowlistAndDNSOnly(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		body  *Body
-		extra []dnsAnswer
+		extra []protocol.DNSAnswer
 	}{
 		{name: "no per-sandbox policy"},
 		{name: "the host's body", body: ptr(hostBody(t, "registry.npmjs.org", ".example.com"))},
@@ -174,7 +176,7 @@ func TestAPodReachesItsAllowlistAndDNSOnly(t *testing.T) {
 			// ipcache gives an answered address: the FQDN selector's label
 			// and the cidr: label of the baseline's deny prefix holding it.
 			for _, a := range tt.extra {
-				r := ans.Peers[peer{IP: a.IPs[0]}.key()]
+				r := ans.Peers[protocol.Peer{IP: a.IPs[0]}.Key()]
 				if !slices.Contains(r.Labels, "fqdn:*.nip.io") || !slices.ContainsFunc(r.Labels, func(l string) bool { return strings.HasPrefix(l, "cidr:") }) {
 					t.Errorf("%s answered %s, whose identity %d has labels %v: want fqdn:*.nip.io and the baseline's cidr: label", a.Name, a.IPs[0], r.Identity, r.Labels)
 				}

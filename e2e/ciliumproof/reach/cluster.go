@@ -42,6 +42,8 @@ import (
 	"github.com/cilium/cilium/pkg/u8proto"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach/protocol"
 )
 
 // clusterName is the agent's default cluster-name ("default"), which Parse
@@ -155,7 +157,7 @@ func appendDropped(out []string, where string, c api.EgressCommonRule) []string 
 // podIdentity derives a pod's identity labels as the agent does: the pod's
 // labels sanitized (namespace, namespace labels, service account and
 // cluster added) and filtered to the identity-relevant ones.
-func podIdentity(id identity.NumericIdentity, p Pod) *identity.Identity {
+func podIdentity(id identity.NumericIdentity, p protocol.Pod) *identity.Identity {
 	cluster := p.Cluster
 	if cluster == "" {
 		cluster = clusterName
@@ -189,17 +191,17 @@ func (u identityUpdater) UpdateIdentities(added, deleted identity.IdentityMap) <
 
 // answer builds a fresh agent state for the request, as the agent's
 // components would hold it, and looks the flows up in the endpoint policies.
-func answer(ctx context.Context, req Request) Answer {
+func answer(ctx context.Context, req protocol.Request) protocol.Answer {
 	ans, err := evaluate(ctx, req)
 	if err != nil {
-		return Answer{ID: req.ID, Error: err.Error()}
+		return protocol.Answer{ID: req.ID, Error: err.Error()}
 	}
 	ans.ID = req.ID
 	return ans
 }
 
-func evaluate(ctx context.Context, req Request) (Answer, error) {
-	ans := Answer{Peers: map[string]Resolved{}, Unresolved: map[string]string{}}
+func evaluate(ctx context.Context, req protocol.Request) (protocol.Answer, error) {
+	ans := protocol.Answer{Peers: map[string]protocol.Resolved{}, Unresolved: map[string]string{}}
 	if err := configure(); err != nil {
 		return ans, err
 	}
@@ -370,11 +372,11 @@ func evaluate(ctx context.Context, req Request) (Answer, error) {
 			for _, dest := range dests {
 				for _, pp := range ports {
 					if epp == nil {
-						ans.Verdicts = append(ans.Verdicts, Verdict{})
+						ans.Verdicts = append(ans.Verdicts, protocol.Verdict{})
 						continue
 					}
 					e, meta, _ := epp.Lookup(policy.EgressKey().WithIdentity(dest).WithPortProto(pp.proto, pp.port))
-					ans.Verdicts = append(ans.Verdicts, Verdict{Allowed: !e.IsDeny(), ProxyPort: e.ProxyPort, Rules: ruleNames(meta)})
+					ans.Verdicts = append(ans.Verdicts, protocol.Verdict{Allowed: !e.IsDeny(), ProxyPort: e.ProxyPort, Rules: ruleNames(meta)})
 				}
 			}
 		}
@@ -387,7 +389,7 @@ func evaluate(ctx context.Context, req Request) (Answer, error) {
 const proxyPort = 65535
 
 // resolve finds a peer's numeric identity and records it in ans.Peers.
-func resolve(ctx context.Context, p Peer, pods map[string]*identity.Identity, dp datapathMap, alloc *testidentity.MockIdentityAllocator, ans *Answer) (identity.NumericIdentity, error) {
+func resolve(ctx context.Context, p protocol.Peer, pods map[string]*identity.Identity, dp datapathMap, alloc *testidentity.MockIdentityAllocator, ans *protocol.Answer) (identity.NumericIdentity, error) {
 	if r, ok := ans.Peers[p.Key()]; ok {
 		return identity.NumericIdentity(r.Identity), nil
 	}
@@ -422,7 +424,7 @@ func resolve(ctx context.Context, p Peer, pods map[string]*identity.Identity, dp
 	default:
 		return 0, fmt.Errorf("peer %+v: want exactly one of pod, reserved, ip", p)
 	}
-	ans.Peers[p.Key()] = Resolved{Identity: uint32(id.ID), Labels: id.LabelArray.GetModel(), Prefix: prefix}
+	ans.Peers[p.Key()] = protocol.Resolved{Identity: uint32(id.ID), Labels: id.LabelArray.GetModel(), Prefix: prefix}
 	return id.ID, nil
 }
 

@@ -5,7 +5,7 @@
 // program of its own module).
 //
 // It reads requests, one JSON object a line, on standard input and writes
-// one answer a line, in order, on standard output (protocol.go). Each
+// one answer a line, in order, on standard output (package protocol). Each
 // request gets a fresh agent state: the baseline and the policy imported,
 // the pods' endpoint policies resolved, the DNS answers handed to the name
 // manager, then each flow looked up in the source pod's endpoint policy.
@@ -21,6 +21,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach/protocol"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -47,7 +49,7 @@ func serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	w := bufio.NewWriterSize(out, 1<<20)
 	enc := json.NewEncoder(w)
 	for {
-		var req Request
+		var req protocol.Request
 		if err := dec.Decode(&req); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach/protocol"
 )
 
 const baselineFile = "../../../config/components/cilium-baseline/baseline.yaml"
@@ -22,17 +24,17 @@ func cnp(rules ...string) json.RawMessage {
 
 var (
 	optedIn = map[string]string{"fence.sandbox.namzu.ai/enabled": "true"}
-	pods    = []Pod{
+	pods    = []protocol.Pod{
 		{Name: "sandbox", Namespace: "sbx", Labels: map[string]string{"sandbox.namzu.ai/per-sandbox-egress": "claim-a"}, NamespaceLabels: optedIn},
 		{Name: "other", Namespace: "sbx", Labels: map[string]string{"sandbox.namzu.ai/per-sandbox-egress": "claim-b"}, NamespaceLabels: optedIn},
 		{Name: "kube-dns", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "kube-dns"}, ServiceAccount: "coredns"},
 	}
-	answers = []DNSAnswer{
+	answers = []protocol.DNSAnswer{
 		{Name: "example.com", IPs: []string{"93.184.215.14"}},
 		{Name: "169-254-169-254.nip.io", IPs: []string{"169.254.169.254"}},
 		{Name: "evil.com", IPs: []string{"93.184.215.15"}},
 	}
-	peers = []Peer{{Pod: "kube-dns"}, {Reserved: "world"}, {IP: "93.184.215.14"}, {IP: "169.254.169.254"}, {IP: "93.184.215.15"}}
+	peers = []protocol.Peer{{Pod: "kube-dns"}, {Reserved: "world"}, {IP: "93.184.215.14"}, {IP: "169.254.169.254"}, {IP: "93.184.215.15"}}
 	ports = []string{"UDP/53", "TCP/443"}
 )
 
@@ -41,14 +43,14 @@ var (
 // as a pod's reach.
 func TestServeAnswersWithCiliumsRepository(t *testing.T) {
 	fqdns := `{"toFQDNs":[{"matchName":"example.com"},{"matchPattern":"*.nip.io"}]}`
-	reqs := []Request{
+	reqs := []protocol.Request{
 		{ID: 1, Policy: cnp(fqdns)},
 		{ID: 2, Policy: json.RawMessage("null")},
 		{ID: 3, Policy: cnp(`{"toFQDNs":[{"matchName":"example.com"}],"toPorts":[{"ports":[{"port":"443"}],"serverNames":["example.com"],"rules":{"dns":[{"matchName":"example.com"}]}}]}`)},
 		{ID: 4, Policy: cnp(fqdns, `{"toServices":[{"k8sService":{"serviceName":"kubernetes","namespace":"default"}}]}`)},
 		{ID: 5, Policy: cnp(`{"toFQDNs":[{"matchName":"example.com"}],"toPorts":[{"ports":[{"port":"443","protocol":"TCP"}],"serverNames":["example.com"]}]}`,
 			`{"toFQDNs":[{"matchName":"example.com"}],"toPorts":[{"ports":[{"port":"443","protocol":"TCP"}],"rules":{"dns":[{"matchName":"example.com"}]}}]}`)},
-		{ID: 6, Lookups: []Lookup{{From: []string{"nobody"}, To: peers, Ports: ports}}},
+		{ID: 6, Lookups: []protocol.Lookup{{From: []string{"nobody"}, To: peers, Ports: ports}}},
 	}
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
@@ -56,7 +58,7 @@ func TestServeAnswersWithCiliumsRepository(t *testing.T) {
 		r.Baseline = baselineFile
 		r.Pods, r.DNS = pods, answers
 		if r.Lookups == nil {
-			r.Lookups = []Lookup{{From: []string{"sandbox", "other"}, To: peers, Ports: ports}}
+			r.Lookups = []protocol.Lookup{{From: []string{"sandbox", "other"}, To: peers, Ports: ports}}
 		}
 		if err := enc.Encode(r); err != nil {
 			t.Fatal(err)
@@ -68,9 +70,9 @@ func TestServeAnswersWithCiliumsRepository(t *testing.T) {
 	}
 	dec := json.NewDecoder(&out)
 	dec.DisallowUnknownFields()
-	ans := map[int]Answer{}
+	ans := map[int]protocol.Answer{}
 	for range reqs {
-		var a Answer
+		var a protocol.Answer
 		if err := dec.Decode(&a); err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +83,7 @@ func TestServeAnswersWithCiliumsRepository(t *testing.T) {
 	// example.com; the *.nip.io name's metadata address is denied by the
 	// baseline, whose cidr: label the ipcache gave the answered address.
 	// The other pod reaches DNS only.
-	allowed := func(a Answer) []string {
+	allowed := func(a protocol.Answer) []string {
 		var out []string
 		i := 0
 		for _, from := range []string{"sandbox", "other"} {

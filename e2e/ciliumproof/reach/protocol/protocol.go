@@ -1,4 +1,9 @@
-package main
+// Package protocol is ciliumreach's wire format, one JSON object a line
+// each way: the program (package main beside it) and its caller
+// (e2e/ciliumproof) share these types, so neither restates the other's.
+// It imports nothing of Kubernetes or Cilium: the two sides build against
+// different k8s.io releases.
+package protocol
 
 import "encoding/json"
 
@@ -73,6 +78,17 @@ type Answer struct {
 	// Peers are the identities the lookups' peers resolve to, by Key.
 	Peers    map[string]Resolved `json:"peers"`
 	Verdicts []Verdict           `json:"verdicts"`
+}
+
+// String names the peer in messages.
+func (p Peer) String() string {
+	switch {
+	case p.Pod != "":
+		return "pod " + p.Pod
+	case p.Reserved != "":
+		return "reserved:" + p.Reserved
+	}
+	return p.IP
 }
 
 // Key names a peer in Answer.Peers: "pod/<name>", "reserved/<name>" or
