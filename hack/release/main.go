@@ -65,8 +65,7 @@ var semver = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 // Files are the names a release of chartVersion (VERSION without its v)
 // consists of, in name order: what run writes into -out and what
 // .github/workflows/release.yml attaches to the GitHub release
-// (TestTheWorkflowAttachesEveryReleaseFile here; e2e/ci_test.go's
-// TestReleaseWorkflow reads this list from this file's source).
+// (TestTheWorkflowAttachesEveryReleaseFile).
 func Files(chartVersion string) []string {
 	return []string{
 		"SHA256SUMS",

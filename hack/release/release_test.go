@@ -392,6 +392,25 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 	}
 }
 
+// The release workflow attaches every file of a release to the GitHub
+// release, and no other: a file left out is never published.
+func TestTheWorkflowAttachesEveryReleaseFile(t *testing.T) {
+	var attached []string
+	for _, line := range strings.Split(string(readFile(t, "../../.github/workflows", "release.yml")), "\n") {
+		if args, ok := strings.CutPrefix(strings.TrimSpace(line), "run: gh release create "); ok {
+			for _, a := range strings.Fields(args) {
+				if f, ok := strings.CutPrefix(strings.Trim(a, `"`), "dist/"); ok {
+					attached = append(attached, f)
+				}
+			}
+		}
+	}
+	slices.Sort(attached)
+	if d := cmp.Diff(Files("${GITHUB_REF_NAME#v}"), attached); d != "" {
+		t.Errorf("files release.yml attaches against Files (-Files +attached):\n%s", d)
+	}
+}
+
 // provenance.intoto.json is an in-toto statement, valid by in-toto's own
 // Go types, of SLSA provenance v1 for the commit checked out, whose
 // subjects are every other file SHA256SUMS lists, with the same digests.
