@@ -3,14 +3,11 @@ package e2e
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
-
-	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 )
 
 // workflow is the subset of the GitHub Actions schema the file uses, decoded
@@ -37,66 +34,6 @@ type wfStep struct {
 	If   string            `json:"if"`
 	With map[string]string `json:"with"`
 	Env  map[string]string `json:"env"`
-}
-
-// The CI workflow is only useful while its jobs call the make targets the
-// README documents; a renamed target or a dropped step must fail here, not
-// silently in CI.
-func TestWorkflowRunsTheDocumentedTargets(t *testing.T) {
-	if e := os.Getenv(framework.EnvEnforcer); e != "" && e != framework.ShippedEnforcer {
-		t.Skipf("n/a: checks the project's CI workflow, not a fence rule; %s=%s", framework.EnvEnforcer, e)
-	}
-	b, err := os.ReadFile(filepath.Join("..", ".github", "workflows", "e2e.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wf workflow
-	if err := yaml.UnmarshalStrict(b, &wf); err != nil {
-		t.Fatalf("e2e.yml is not a valid workflow document: %v", err)
-	}
-	type jobSummary struct {
-		Runs      []string
-		Needs     string
-		Checkout  bool
-		GoFromMod bool
-	}
-	got := map[string]jobSummary{}
-	for name, j := range wf.Jobs {
-		var s jobSummary
-		if n, ok := j.Needs.(string); ok {
-			s.Needs = n
-		}
-		for _, st := range j.Steps {
-			if st.Run != "" {
-				s.Runs = append(s.Runs, strings.TrimSpace(st.Run))
-			}
-			s.Checkout = s.Checkout || strings.HasPrefix(st.Uses, "actions/checkout@")
-			s.GoFromMod = s.GoFromMod || (strings.HasPrefix(st.Uses, "actions/setup-go@") && st.With["go-version-file"] == "go.mod")
-		}
-		slices.Sort(s.Runs)
-		got[name] = s
-	}
-	want := map[string]jobSummary{
-		"test":       {Runs: []string{"make test"}, Checkout: true, GoFromMod: true},
-		"e2e-oldest": {Runs: []string{"make e2e-oldest"}, Needs: "test", Checkout: true, GoFromMod: true},
-		"e2e-kind":   {Runs: []string{"make e2e-kind"}, Needs: "test", Checkout: true, GoFromMod: true},
-	}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("workflow jobs (-want +got):\n%s", d)
-	}
-	if _, ok := wf.On["pull_request"]; !ok {
-		t.Errorf("workflow does not run on pull_request: %v", wf.On)
-	}
-
-	mk, err := os.ReadFile(filepath.Join("..", "Makefile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, target := range []string{"test", "e2e-oldest", "e2e-kind"} {
-		if !strings.Contains(string(mk), "\n"+target+":") {
-			t.Errorf("Makefile has no target %q that the workflow calls", target)
-		}
-	}
 }
 
 // CI here runs lint and verify, the README's test command, the mutation
