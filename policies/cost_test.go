@@ -509,7 +509,17 @@ func bigParams(def *unstructured.Unstructured) *unstructured.Unstructured {
 			nss = append(nss, label(fmt.Sprintf("ns%d-", i), j))
 		}
 		sa := label(fmt.Sprintf("sa%d-", i), 0)
-		hosts = append(hosts, map[string]any{"username": "system:serviceaccount:" + sa + ":" + strings.Repeat("h", 253), "namespaces": nss})
+		host := map[string]any{"username": "system:serviceaccount:" + sa + ":" + strings.Repeat("h", 253), "namespaces": nss}
+		if i < 8 {
+			// The schema's 32 selector terms, each of the longest key
+			// and value, 4 to a selector: the most a selector adds.
+			ml := map[string]any{}
+			for j := range 4 {
+				ml[label(fmt.Sprintf("p%d-%d-", i, j), 0)+"."+strings.Repeat("d", 189)+"/"+label("k", j)] = label("v", j)
+			}
+			host["namespaceSelector"] = map[string]any{"matchLabels": ml}
+		}
+		hosts = append(hosts, host)
 	}
 	var nss []any
 	for j := range 7 {

@@ -116,6 +116,24 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 		}, []string{"spec.breakGlass.users[0]"}},
 		// docs/install.md, Limits: the rendering must fit one CEL expression.
 		{"513 namespaces in all", map[string]any{"hosts": manyNamespaces(513)}, []string{"spec.hosts"}},
+		{"33 namespaceSelector terms in all", map[string]any{"hosts": manySelectorTerms(33)}, []string{"spec.hosts"}},
+		// An empty selector would bind the host in every namespace; a
+		// requirement's values follow its operator, as in metav1.LabelSelector.
+		{"an empty namespaceSelector, an operator In without values, Exists with values, an unknown operator", map[string]any{
+			"hosts": []any{
+				map[string]any{"username": "system:serviceaccount:a:h", "namespaceSelector": map[string]any{}},
+				map[string]any{"username": "system:serviceaccount:a:g", "namespaceSelector": map[string]any{"matchExpressions": []any{
+					map[string]any{"key": "tier", "operator": "In"},
+					map[string]any{"key": "tier", "operator": "Exists", "values": []any{"gold"}},
+					map[string]any{"key": "tier", "operator": "Gt"},
+				}}},
+			},
+		}, []string{"spec.hosts[0].namespaceSelector", "spec.hosts[1].namespaceSelector.matchExpressions[0]",
+			"spec.hosts[1].namespaceSelector.matchExpressions[1]", "spec.hosts[1].namespaceSelector.matchExpressions[2].operator"}},
+		{"a matchLabels value that is no label value and a key over 317 characters", map[string]any{
+			"hosts": []any{map[string]any{"username": "system:serviceaccount:a:h", "namespaceSelector": map[string]any{
+				"matchLabels": map[string]any{"tier": "a b", strings.Repeat("k", 318): "v"}}}},
+		}, []string{"spec.hosts[0].namespaceSelector.matchLabels", "spec.hosts[0].namespaceSelector.matchLabels.tier"}},
 		// The webhook routes only ServiceAccounts outside kube-system, so
 		// the schema refuses every other host identity.
 		{"hosts that are no ServiceAccount: an x509 user, an OIDC user, a group-like name", map[string]any{
@@ -276,6 +294,21 @@ func TestTheLargestConfigurationRenders(t *testing.T) {
 	if n > policyconfig.MaxExpressionSize*9/10 {
 		t.Errorf("the largest valid FenceConfig renders to %d code points: less than a tenth of the limit (%d) is left", n, policyconfig.MaxExpressionSize)
 	}
+}
+
+// manySelectorTerms is hosts whose namespaceSelectors hold n terms in all,
+// 4 matchLabels entries to a host.
+func manySelectorTerms(n int) []any {
+	var hosts []any
+	for i := 0; n > 0; i++ {
+		ml := map[string]any{}
+		for j := 0; j < 4 && n > 0; j, n = j+1, n-1 {
+			ml[fmt.Sprintf("k%d", j)] = "v"
+		}
+		hosts = append(hosts, map[string]any{"username": fmt.Sprintf("system:serviceaccount:h%d:host", i),
+			"namespaceSelector": map[string]any{"matchLabels": ml}})
+	}
+	return hosts
 }
 
 // manyNamespaces is hosts of 64 namespaces each, n namespaces in all.

@@ -2,6 +2,8 @@ package policies_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,11 +13,19 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	apilabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"sigs.k8s.io/yaml"
 
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
 // policyDirs are the directories under policies/ that hold a policy.yaml.
@@ -199,6 +209,89 @@ func TestEveryPolicyIsInstalled(t *testing.T) {
 		}
 		if len(cases) == 0 {
 			t.Errorf("policies/%s is installed but has no cases in tests/", d)
+		}
+	}
+}
+
+// TestNamespaceSelectorIsOneRule holds the two enforcers of the binding by
+// namespaceSelector (contract §4.7) to one meaning, metav1.LabelSelector's:
+// for every host and namespace of the table, the egress policy refuses the
+// host's write as outside its namespaces exactly when
+// fencev1alpha1.Host.Binds (the webhook's) says it is not bound, and Binds
+// agrees with apimachinery's own selector.
+func TestNamespaceSelectorIsOneRule(t *testing.T) {
+	req := func(key, op string, values ...string) fencev1alpha1.NamespaceSelectorRequirement {
+		return fencev1alpha1.NamespaceSelectorRequirement{Key: key, Operator: op, Values: values}
+	}
+	selectors := []fencev1alpha1.NamespaceSelector{
+		{MatchLabels: map[string]fencev1alpha1.LabelValue{"tier": "gold"}},
+		{MatchLabels: map[string]fencev1alpha1.LabelValue{"tier": "gold", "example.com/tenant": "acme"}},
+		{MatchLabels: map[string]fencev1alpha1.LabelValue{"tier": ""}},
+		{MatchExpressions: []fencev1alpha1.NamespaceSelectorRequirement{req("example.com/tenant", "In", "acme", "initech")}},
+		{MatchExpressions: []fencev1alpha1.NamespaceSelectorRequirement{req("tier", "NotIn", "gold")}},
+		{MatchExpressions: []fencev1alpha1.NamespaceSelectorRequirement{req("tier", "Exists")}},
+		{MatchExpressions: []fencev1alpha1.NamespaceSelectorRequirement{req("tier", "DoesNotExist")}},
+		{MatchLabels: map[string]fencev1alpha1.LabelValue{"example.com/tenant": "acme"},
+			MatchExpressions: []fencev1alpha1.NamespaceSelectorRequirement{req("tier", "NotIn", "silver")}},
+	}
+	nsLabels := map[string]map[string]string{
+		"gold-acme":   {"tier": "gold", "example.com/tenant": "acme"},
+		"silver":      {"tier": "silver"},
+		"initech":     {"example.com/tenant": "initech"},
+		"bare":        {},
+		"empty-tier":  {"tier": ""},
+		"acme":        {"example.com/tenant": "acme"},
+		"silver-acme": {"tier": "silver", "example.com/tenant": "acme"},
+	}
+	var hosts []fencev1alpha1.Host
+	for i := range selectors {
+		hosts = append(hosts, fencev1alpha1.Host{Username: fmt.Sprintf("system:serviceaccount:h%d:host", i), NamespaceSelector: &selectors[i]})
+	}
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&fencev1alpha1.FenceConfigSpec{Hosts: hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nss []*corev1.Namespace
+	for name, l := range nsLabels {
+		labels := maps.Clone(l)
+		labels[fencev1alpha1.FencedNamespaceLabel] = fencev1alpha1.FencedNamespaceValue
+		nss = append(nss, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
+	}
+	s := &vapeval.Suite{Bundle: loadBundle(t), Defaults: defaultParams(t), CRD: paramCRDs(t)[0], Namespaces: nss}
+	t.Cleanup(s.Stop)
+	h := harness(t, s, vapeval.CaseParams{Spec: spec})
+	cnpGVK := schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}
+	for _, host := range hosts {
+		for ns, l := range nsLabels {
+			cnp, err := fence.BuildPerSandboxPolicy(fence.PolicyInput{
+				Owner:     fence.PolicyOwner{Kind: "SandboxClaim", Name: "claim-a", UID: "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"},
+				Namespace: ns, Hosts: []string{"github.com"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = h.Validate(context.Background(), vapeval.Request{Operation: admission.Create, Kind: cnpGVK,
+				Resource: cnpGVK.GroupVersion().WithResource("ciliumnetworkpolicies"), Namespace: ns, Name: cnp.GetName(),
+				Object: cnp, User: &user.DefaultInfo{Name: host.Username}})
+			policyBinds := err == nil || !strings.Contains(err.Error(), "may not write CiliumNetworkPolicies in namespace")
+			goBinds := host.Binds(ns, l)
+			ls := metav1.LabelSelector{MatchLabels: map[string]string{}}
+			for k, v := range host.NamespaceSelector.MatchLabels {
+				ls.MatchLabels[k] = string(v)
+			}
+			for _, e := range host.NamespaceSelector.MatchExpressions {
+				ls.MatchExpressions = append(ls.MatchExpressions, metav1.LabelSelectorRequirement{
+					Key: e.Key, Operator: metav1.LabelSelectorOperator(e.Operator), Values: e.Values})
+			}
+			sel, err := metav1.LabelSelectorAsSelector(&ls)
+			if err != nil {
+				t.Fatal(err)
+			}
+			apimachineryBinds := sel.Matches(apilabels.Set(l))
+			if policyBinds != goBinds || goBinds != apimachineryBinds {
+				t.Errorf("selector %+v in namespace %s %v: the egress policy binds %v, Host.Binds %v, metav1.LabelSelector %v",
+					*host.NamespaceSelector, ns, l, policyBinds, goBinds, apimachineryBinds)
+			}
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -93,6 +95,7 @@ type FenceConfigStatus struct {
 // +kubebuilder:validation:XValidation:rule="[0].all(i, v, i == v)",message="sandbox-fence needs Kubernetes 1.33 or later: this API server's CEL lacks two-variable comprehensions, which the policies use (docs/install.md, Prerequisites)"
 // +kubebuilder:validation:XValidation:rule="!has(self.hosts) || !has(self.breakGlass) || !has(self.breakGlass.users) || self.hosts.all(h, !(h.username in self.breakGlass.users))",message="a host identity can never be break-glass (contract §8.5); remove it from breakGlass.users",fieldPath=".breakGlass.users"
 // +kubebuilder:validation:XValidation:rule="!has(self.hosts) || self.hosts.map(h, has(h.namespaces) ? h.namespaces.size() : 0).sum() <= 512",message="at most 512 namespaces in all hosts' lists: the policies carry the configuration as a CEL constant, which the API server bounds (docs/install.md, Limits)",fieldPath=".hosts"
+// +kubebuilder:validation:XValidation:rule="!has(self.hosts) || self.hosts.map(h, !has(h.namespaceSelector) ? 0 : (has(h.namespaceSelector.matchLabels) ? h.namespaceSelector.matchLabels.size() : 0) + (has(h.namespaceSelector.matchExpressions) ? h.namespaceSelector.matchExpressions.map(e, 1 + (has(e.values) ? e.values.size() : 0)).sum() : 0)).sum() <= 32",message="at most 32 selector terms (matchLabels entries, matchExpressions and their values) in all hosts' namespaceSelectors: the policies carry the configuration as a CEL constant, which the API server bounds (docs/install.md, Limits)",fieldPath=".hosts"
 type FenceConfigSpec struct {
 	// Hosts are the bound host identities. The CiliumNetworkPolicy fence
 	// applies to exactly these users, and only in their namespaces.
@@ -146,7 +149,10 @@ type FenceConfigSpec struct {
 	UniqueOwnerLabel bool `json:"uniqueOwnerLabel,omitempty"`
 }
 
-// Host is one bound host identity.
+// Host is one bound host identity, bound in the namespaces its list names
+// or its selector matches (at least one of the two).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.namespaces) || has(self.namespaceSelector)",message="a host needs namespaces, namespaceSelector or both: the namespaces it is bound in",fieldPath=".namespaces"
 type Host struct {
 	// Username is the host's ServiceAccount,
 	// system:serviceaccount:<namespace>:<name>: the webhook checks
@@ -160,16 +166,89 @@ type Host struct {
 	// +kubebuilder:validation:XValidation:rule="self != 'system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook'",message="the webhook's own ServiceAccount can never be a bound host (contract §8.7)"
 	Username string `json:"username"`
 
-	// Namespaces are the namespaces in which this host drives sandboxes. A
-	// write by the host in any other fenced namespace is refused.
+	// Namespaces are the namespaces in which this host drives sandboxes,
+	// by name. The host is bound in a namespace listed here or matched by
+	// NamespaceSelector; a write by the host in any other fenced namespace
+	// is refused.
 	//
+	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	Namespaces []string `json:"namespaces"`
+	Namespaces []string `json:"namespaces,omitempty"`
+
+	// NamespaceSelector binds the host in every namespace whose labels it
+	// matches, however many: the way to bind a host past what a list can
+	// carry. Namespace labels are written by cluster admins, never by a
+	// host (contract §4.7).
+	//
+	// +optional
+	NamespaceSelector *NamespaceSelector `json:"namespaceSelector,omitempty"`
+}
+
+// NamespaceSelector is a label selector over namespaces: the requirements of
+// MatchLabels and MatchExpressions all hold. It is metav1.LabelSelector's
+// meaning, narrowed so the schema can bound it: the policies carry every
+// selector in a CEL constant of bounded size and match it on every request,
+// and metav1.LabelSelector bounds neither its labels nor its values. It
+// must not be empty: an empty selector would bind the host in every
+// namespace of the cluster, its neighbours' included.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) ? self.matchLabels.size() : 0) + (has(self.matchExpressions) ? self.matchExpressions.size() : 0) > 0",message="an empty namespaceSelector would bind the host in every namespace; give it matchLabels or matchExpressions"
+type NamespaceSelector struct {
+	// MatchLabels: the namespace carries each of these labels with exactly
+	// this value.
+	//
+	// +optional
+	// +kubebuilder:validation:MaxProperties=4
+	// The keys' length is bounded, not their grammar: a key no label can
+	// have only matches no namespace, and a regular expression over each key
+	// of a map costs more than the API server allows a CRD rule (TestCRDsAreValid).
+	//
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317)",message="matchLabels keys are label keys, at most 317 characters"
+	MatchLabels map[string]LabelValue `json:"matchLabels,omitempty"`
+
+	// MatchExpressions: each requirement holds for the namespace's labels.
+	//
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	MatchExpressions []NamespaceSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// LabelValue is a label's value.
+//
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`
+type LabelValue string
+
+// NamespaceSelectorRequirement is one requirement on a namespace's labels,
+// with metav1.LabelSelectorRequirement's operators and meaning: In, the
+// label is set to one of Values; NotIn, it is unset or set to none of them;
+// Exists, it is set; DoesNotExist, it is unset.
+//
+// +kubebuilder:validation:XValidation:rule="(self.operator in ['In', 'NotIn']) == (has(self.values) && self.values.size() > 0)",message="values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"
+type NamespaceSelectorRequirement struct {
+	// Key is the label key.
+	//
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
+	Key string `json:"key"`
+	// Operator is In, NotIn, Exists or DoesNotExist.
+	//
+	// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist
+	Operator string `json:"operator"`
+	// Values are label values, for In and NotIn.
+	//
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`
+	Values []string `json:"values,omitempty"`
 }
 
 // BreakGlass lists the identities allowed to repair a malformed epoch.
@@ -225,3 +304,49 @@ func (s *FenceConfigSpec) HostFor(username string) *Host {
 	}
 	return nil
 }
+
+// Binds reports whether h is bound in the namespace named ns whose labels
+// are nsLabels: ns is in its list, or its selector matches the labels. The
+// egress policy's variable ownNamespace is the same rule in CEL.
+func (h *Host) Binds(ns string, nsLabels map[string]string) bool {
+	return slices.Contains(h.Namespaces, ns) || h.NamespaceSelector.Matches(nsLabels)
+}
+
+// Matches reports whether every requirement of s holds for labels; a nil
+// selector matches nothing (a host without one is bound by its list only).
+func (s *NamespaceSelector) Matches(labels map[string]string) bool {
+	if s == nil {
+		return false
+	}
+	for k, v := range s.MatchLabels {
+		if got, ok := labels[k]; !ok || got != string(v) {
+			return false
+		}
+	}
+	for _, e := range s.MatchExpressions {
+		v, ok := labels[e.Key]
+		var holds bool
+		switch e.Operator {
+		case SelectorOpIn:
+			holds = ok && slices.Contains(e.Values, v)
+		case SelectorOpNotIn:
+			holds = !ok || !slices.Contains(e.Values, v)
+		case SelectorOpExists:
+			holds = ok
+		case SelectorOpDoesNotExist:
+			holds = !ok
+		}
+		if !holds {
+			return false
+		}
+	}
+	return true
+}
+
+// The operators of NamespaceSelectorRequirement; the schema refuses any other.
+const (
+	SelectorOpIn           = "In"
+	SelectorOpNotIn        = "NotIn"
+	SelectorOpExists       = "Exists"
+	SelectorOpDoesNotExist = "DoesNotExist"
+)

@@ -72,8 +72,12 @@ type Config struct {
 	Generation int64
 	// Reason says why an Invalid FenceConfig was not rendered.
 	Reason string
-	// Hosts maps each bound host's username to its namespaces.
-	Hosts            map[string][]string
+	// Hosts maps each bound host's username to its listed namespaces
+	// (none for a host bound by selector only).
+	Hosts map[string][]string
+	// Selectors maps the username of each host that has a namespace
+	// selector to it.
+	Selectors        map[string]*fencev1alpha1.NamespaceSelector
 	LabelKey         string
 	BreakGlassUsers  []string
 	BreakGlassGroups []string
@@ -99,6 +103,7 @@ func FromFenceConfig(name string, cfg *fencev1alpha1.FenceConfig) Config {
 		Name:             name,
 		Generation:       cfg.Generation,
 		Hosts:            map[string][]string{},
+		Selectors:        map[string]*fencev1alpha1.NamespaceSelector{},
 		LabelKey:         cfg.Spec.PerSandboxLabelKey,
 		BreakGlassUsers:  slices.Clone(cfg.Spec.BreakGlass.Users),
 		BreakGlassGroups: slices.Clone(cfg.Spec.BreakGlass.Groups),
@@ -116,6 +121,9 @@ func FromFenceConfig(name string, cfg *fencev1alpha1.FenceConfig) Config {
 			continue
 		}
 		c.Hosts[h.Username] = slices.Clone(h.Namespaces)
+		if h.NamespaceSelector != nil {
+			c.Selectors[h.Username] = h.NamespaceSelector.DeepCopy()
+		}
 	}
 	if len(unverifiable) > 0 {
 		return Config{State: Invalid, Name: name, Generation: cfg.Generation, Reason: fmt.Sprintf(
@@ -144,7 +152,11 @@ func (c Config) NamespaceHosts() map[string][]string {
 	return out
 }
 
-// Conflicts lists the namespaces that more than one host lists, sorted.
+// Conflicts lists the namespaces that more than one host lists, sorted. A
+// namespace two hosts bind through a selector is refused to both just the
+// same (contract §4.7), but which namespaces those are depends on labels
+// the configuration does not hold, so only the policy finds them, per
+// request.
 func (c Config) Conflicts() []string {
 	var out []string
 	for ns, hosts := range c.NamespaceHosts() {
@@ -175,6 +187,7 @@ func (c Config) Expression() string {
 		entries = append(entries,
 			[2]string{"labelKey", quote(c.LabelKey)},
 			[2]string{"hosts", stringListMap(c.Hosts)},
+			[2]string{"selectors", selectorMap(c.Selectors)},
 			[2]string{"breakGlassUsers", stringList(c.BreakGlassUsers)},
 			[2]string{"breakGlassGroups", stringList(c.BreakGlassGroups)},
 			[2]string{"strictDelete", strconv.FormatBool(c.StrictDelete)},
@@ -204,7 +217,14 @@ func (c Config) MatchConditionExpression() string {
 		return ShippedMatchCondition
 	}
 	hosts := stringListMap(c.Hosts)
-	return "request.userInfo.username in " + hosts + " && request.namespace in " + hosts + "[request.userInfo.username]"
+	own := "request.namespace in " + hosts + "[request.userInfo.username]"
+	if len(c.Selectors) > 0 {
+		// A webhook's match conditions cannot read the namespace's labels,
+		// so a host bound by selector is routed in every namespace, and
+		// the webhook tells its own (fencev1alpha1.Host.Binds).
+		own = "(" + own + " || request.userInfo.username in " + stringList(slices.Sorted(maps.Keys(c.Selectors))) + ")"
+	}
+	return "request.userInfo.username in " + hosts + " && " + own
 }
 
 // quote writes s as a CEL string literal. Go's quoting escapes exactly with
@@ -225,6 +245,27 @@ func stringListMap(m map[string][]string) string {
 	var entries []string
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		entries = append(entries, quote(k)+": "+stringList(m[k]))
+	}
+	return "{" + strings.Join(entries, ", ") + "}"
+}
+
+// selectorMap writes each selector as a CEL map with both keys always
+// present, so the policy reads them without optional access.
+func selectorMap(m map[string]*fencev1alpha1.NamespaceSelector) string {
+	var entries []string
+	for _, u := range slices.Sorted(maps.Keys(m)) {
+		sel := m[u]
+		var labels []string
+		for _, k := range slices.Sorted(maps.Keys(sel.MatchLabels)) {
+			labels = append(labels, quote(k)+": "+quote(string(sel.MatchLabels[k])))
+		}
+		var exprs []string
+		for _, e := range sel.MatchExpressions {
+			exprs = append(exprs, "{\"key\": dyn("+quote(e.Key)+"), \"operator\": dyn("+quote(e.Operator)+
+				"), \"values\": dyn("+stringList(e.Values)+")}")
+		}
+		entries = append(entries, quote(u)+": {\"matchLabels\": dyn({"+strings.Join(labels, ", ")+
+			"}), \"matchExpressions\": dyn(["+strings.Join(exprs, ", ")+"])}")
 	}
 	return "{" + strings.Join(entries, ", ") + "}"
 }
