@@ -132,6 +132,11 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 				claim:                        {Transform: webhook.TrimOwner(admit.ClaimOwner)},
 				sandbox:                      {Transform: webhook.TrimOwner(admit.SandboxOwner)},
 				&fencev1alpha1.FenceConfig{}: {Field: fields.OneTermEqualSelector("metadata.name", o.configName)},
+				// Namespaces' labels, for hosts bound by namespaceSelector:
+				// metadata only and trimmed to the labels, so thousands of
+				// namespaces cost little, and no request waits on a GET of
+				// its namespace (webhook.CachedNamespaces).
+				webhook.NamespaceMeta(): {Transform: webhook.TrimNamespace},
 				// What the controller renders into: the policies labelled
 				// for this FenceConfig and the one webhook configuration.
 				&admissionregistrationv1.ValidatingAdmissionPolicy{}:      {Label: rendercontroller.Selector(o.configName)},
@@ -154,7 +159,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	}
 	// Registering the informers now makes the readiness check wait for their
 	// first sync, and fails fast with a clear error when a CRD is missing.
-	for _, obj := range []client.Object{claim, sandbox, &fencev1alpha1.FenceConfig{}} {
+	for _, obj := range []client.Object{claim, sandbox, &fencev1alpha1.FenceConfig{}, webhook.NamespaceMeta()} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj); err != nil {
 			gvk, _ := mgr.GetClient().GroupVersionKindFor(obj)
 			return fmt.Errorf("watching %s (is its CRD installed?): %w", gvk, err)
@@ -204,6 +209,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	srv.Register(webhook.CiliumEgressPath, enforce(&webhook.CiliumHandler{
 		Config:        cfg,
 		Owners:        &webhook.CachedOwners{Cache: mgr.GetCache(), Live: live, DropConnections: dropLive, Metrics: m},
+		Namespaces:    &webhook.CachedNamespaces{Cache: mgr.GetCache(), Live: live},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,
 	}, fence.CiliumNetworkPolicyGVK.GroupVersion().String(), fence.CiliumNetworkPolicyGVK.Kind))

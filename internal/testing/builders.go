@@ -245,6 +245,31 @@ func (w *ConfigWrapper) Host(user string, namespaces ...string) *ConfigWrapper {
 	return w
 }
 
+// SelectorHost adds a host bound by a namespaceSelector of matchLabels
+// (label, value pairs), and by the namespaces listed, if any.
+func (w *ConfigWrapper) SelectorHost(user string, matchLabels map[string]string, namespaces ...string) *ConfigWrapper {
+	sel := &fencev1alpha1.NamespaceSelector{MatchLabels: map[string]fencev1alpha1.LabelValue{}}
+	for k, v := range matchLabels {
+		sel.MatchLabels[k] = fencev1alpha1.LabelValue(v)
+	}
+	w.c.Spec.Hosts = append(w.c.Spec.Hosts, fencev1alpha1.Host{Username: user, Namespaces: namespaces, NamespaceSelector: sel})
+	return w
+}
+
+// MakeNamespace returns a Namespace named name with labels (key, value
+// pairs), as the webhook's namespace informer caches it.
+func MakeNamespace(name string, labels ...string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}}
+	m.Name = name
+	if len(labels) > 0 {
+		m.Labels = map[string]string{}
+		for i := 0; i+1 < len(labels); i += 2 {
+			m.Labels[labels[i]] = labels[i+1]
+		}
+	}
+	return m
+}
+
 // NoHosts removes every bound host.
 func (w *ConfigWrapper) NoHosts() *ConfigWrapper { w.c.Spec.Hosts = nil; return w }
 

@@ -64,6 +64,9 @@ func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, erro
 type CiliumHandler struct {
 	Config ConfigSource
 	Owners admit.OwnerLookup
+	// Namespaces reads the labels of a namespace a host may be bound in by
+	// selector. Only a configuration with a namespaceSelector needs it.
+	Namespaces *CachedNamespaces
 	// LookupTimeout bounds the lookups of one request (DefaultLookupTimeout
 	// when zero).
 	LookupTimeout time.Duration
@@ -113,7 +116,22 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed(admit.CiliumFamily.Message("not a bound host"))
 	}
-	if !slices.Contains(host.Namespaces, req.Namespace) {
+	bound := slices.Contains(host.Namespaces, req.Namespace)
+	if !bound && host.NamespaceSelector != nil {
+		if h.Namespaces == nil {
+			err = errors.New("the webhook reads no namespaces")
+		} else {
+			bound, err = h.Namespaces.Binds(lctx, host, req.Namespace)
+		}
+		if err != nil {
+			log.Info("refusing for now: namespace unread", "namespace", req.Namespace, "err", err.Error())
+			h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
+			return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
+				"namespace %q could not be read (%v), so whether %s's namespaceSelector binds it is unknown and the write is refused for now",
+				req.Namespace, err, req.UserInfo.Username))
+		}
+	}
+	if !bound {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
 		return admission.Allowed(admit.CiliumFamily.Message("not one of the host's namespaces: the egress policy judges the write"))
 	}

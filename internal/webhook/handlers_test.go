@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -51,6 +52,9 @@ func scheme(t testing.TB) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
 	if err := fencev1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(s); err != nil {
 		t.Fatal(err)
 	}
 	for _, gvk := range []struct{ kind, list string }{{"SandboxClaim", "SandboxClaimList"}, {"Sandbox", "SandboxList"}} {
@@ -138,6 +142,9 @@ func TestCiliumHandler(t *testing.T) {
 	claim := tst.MakeClaim("a").Obj()
 	cnp := tst.MakeCNP(claim).Obj()
 	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).Obj()
+	// A host bound by selector only, in the namespaces labelled tier=agents.
+	bySelector := tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().SelectorHost(tst.HostUser, map[string]string{"tier": "agents"}).Obj()
+	selected, unselected := tst.MakeNamespace(tst.Namespace, "tier", "agents"), tst.MakeNamespace(tst.Namespace, "tier", "other")
 	ownerName := "metadata.ownerReferences[0].name"
 	notFoundMsg := `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`
 	// kubectl prints only the causes of a 422 (The X "n" is invalid:
@@ -332,6 +339,49 @@ func TestCiliumHandler(t *testing.T) {
 		want:       verdict{Allowed: true},
 		wantMetric: webhook.VerdictSkipped,
 	}, {
+		// contract §4.7: bound by selector, so checked where the labels
+		// match; the cache's match is trusted, as a check is the stricter
+		// answer.
+		name:       "a host bound by selector is checked in a namespace whose cached labels match, with no live namespace read",
+		config:     bySelector,
+		cache:      []client.Object{claim, selected},
+		live:       []client.Object{claim},
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Allowed: true},
+		wantLive:   1,
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		// An admin labelled the namespace a moment ago: the egress policy
+		// binds the host there already, so the owner check runs too.
+		name:     "a namespace the cache shows unselected is read live, and a label set a moment ago binds the host",
+		config:   bySelector,
+		cache:    []client.Object{claim, unselected},
+		live:     []client.Object{selected},
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		wantLive: 2,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
+				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:       "a host bound by selector writing in a namespace its selector does not match is the egress policy's to judge",
+		config:     bySelector,
+		cache:      []client.Object{claim, unselected},
+		live:       []client.Object{unselected},
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Allowed: true},
+		wantLive:   1,
+		wantMetric: webhook.VerdictSkipped,
+	}, {
+		name:      "a namespace whose labels cannot be read is refused as unavailable, to be retried",
+		config:    bySelector,
+		cache:     []client.Object{claim},
+		blockLive: true,
+		req:       cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want: verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable,
+			Message: `cilium-fence: namespace "sandboxes" could not be read (context deadline exceeded), so whether system:serviceaccount:sandboxes:sandbox-host's namespaceSelector binds it is unknown and the write is refused for now; retry`},
+		wantMetric: webhook.VerdictError,
+	}, {
 		name:     "a suspicious but valid write is admitted with a warning",
 		config:   cfg,
 		cache:    []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj(), tst.MakeClaim("c").Obj()},
@@ -359,6 +409,7 @@ func TestCiliumHandler(t *testing.T) {
 			h := &webhook.CiliumHandler{
 				Config:        webhook.ConfigSource{Reader: cache, Name: fencev1alpha1.DefaultConfigName},
 				Owners:        &webhook.CachedOwners{Cache: cache, Live: liveReader, Metrics: m},
+				Namespaces:    &webhook.CachedNamespaces{Cache: cache, Live: liveReader},
 				LookupTimeout: 100 * time.Millisecond,
 				Metrics:       m,
 			}
