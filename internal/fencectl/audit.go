@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -201,7 +203,7 @@ func Audit(ctx context.Context, c Clients, o AuditOptions) (*AuditReport, error)
 		if ns := nss[cnp.GetNamespace()]; ns != nil && !optedIn(ns) {
 			notOptedIn[ns.Name] = true
 		}
-		f, err := auditPolicy(ctx, h, &spec, owners, cnp)
+		f, err := auditPolicy(ctx, h, &spec, owners, cnp, nss[cnp.GetNamespace()].Labels)
 		if err != nil {
 			return nil, err
 		}
@@ -288,14 +290,14 @@ func auditSandbox(ctx context.Context, h *vapeval.Harness, sbx *unstructured.Uns
 	return []Finding{{Kind: "Sandbox", Namespace: sbx.GetNamespace(), Name: sbx.GetName(), Check: check, By: msg.policy, Message: msg.text}}, nil
 }
 
-func auditPolicy(ctx context.Context, h *vapeval.Harness, spec *fencev1alpha1.FenceConfigSpec, owners admit.OwnerLookup, cnp *unstructured.Unstructured) ([]Finding, error) {
+func auditPolicy(ctx context.Context, h *vapeval.Harness, spec *fencev1alpha1.FenceConfigSpec, owners admit.OwnerLookup, cnp *unstructured.Unstructured, nsLabels map[string]string) ([]Finding, error) {
 	var out []Finding
 	add := func(check, by, msg string) {
 		out = append(out, Finding{Kind: "CiliumNetworkPolicy", Namespace: cnp.GetNamespace(), Name: cnp.GetName(), Check: check, By: by, Message: msg})
 	}
 	// As the host bound to this namespace would write it: the egress policy
 	// fences bound hosts only, so any other identity's evaluation says nothing.
-	if host := hostFor(spec, cnp.GetNamespace()); host != "" {
+	if host := hostFor(spec, cnp.GetNamespace(), nsLabels); host != "" {
 		obj := cnp.DeepCopy()
 		obj.SetGroupVersionKind(fence.CiliumNetworkPolicyGVK)
 		msg, denied, err := evaluate(ctx, h, obj, &user.DefaultInfo{Name: host})
@@ -330,15 +332,27 @@ func orphaned(e *field.Error) bool {
 	return false
 }
 
-func hostFor(spec *fencev1alpha1.FenceConfigSpec, ns string) string {
+// hostFor is the first host bound in namespace ns, by list or selector.
+func hostFor(spec *fencev1alpha1.FenceConfigSpec, ns string, nsLabels map[string]string) string {
 	for _, h := range spec.Hosts {
-		for _, n := range h.Namespaces {
-			if n == ns {
-				return h.Username
-			}
+		if h.Binds(ns, nsLabels) {
+			return h.Username
 		}
 	}
 	return ""
+}
+
+// selectedNamespaces are the namespaces among nss that h's selector binds
+// and its list does not name, sorted.
+func selectedNamespaces(h *fencev1alpha1.Host, nss []*corev1.Namespace) []*corev1.Namespace {
+	var out []*corev1.Namespace
+	for _, ns := range nss {
+		if !slices.Contains(h.Namespaces, ns.Name) && h.NamespaceSelector.Matches(ns.Labels) {
+			out = append(out, ns)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Namespace) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 type denial struct{ policy, text string }
@@ -395,6 +409,13 @@ func namespaceFindings(in *installed, nss map[string]*corev1.Namespace, holdingP
 						Message: fmt.Sprintf("host %s drives sandboxes in %s, but the namespace lacks %s=%s, so the fence refuses its CiliumNetworkPolicy writes there until the namespace is labelled (contract §4.3 rule 8)", h.Username, n, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
 				}
 				seen[n] = true
+			}
+			for _, ns := range selectedNamespaces(&h, slices.Collect(maps.Values(nss))) {
+				if !optedIn(ns) {
+					out = append(out, Finding{Kind: "Namespace", Name: ns.Name, Check: CheckNamespaceNotOptedIn, By: "FenceConfig",
+						Message: fmt.Sprintf("the namespaceSelector of host %s selects %s, but the namespace lacks %s=%s, so the fence refuses its CiliumNetworkPolicy writes there until the namespace is labelled (contract §4.3 rule 8)", h.Username, ns.Name, fencev1alpha1.FencedNamespaceLabel, fencev1alpha1.FencedNamespaceValue)})
+				}
+				seen[ns.Name] = true
 			}
 		}
 	}

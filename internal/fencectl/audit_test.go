@@ -16,6 +16,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
@@ -132,4 +133,34 @@ func reportLines(t *testing.T, l *metav1.List) []string {
 		}
 	}
 	return out
+}
+
+// The audit names every namespace a host is bound in but nobody opted in,
+// whether its list names it or its namespaceSelector selects it: the fence
+// refuses the host's writes there until the namespace is labelled.
+func TestNamespaceFindingsNameListedAndSelectedNamespaces(t *testing.T) {
+	ns := func(name string, labels map[string]string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	const host = "system:serviceaccount:h:host"
+	cfg := &fencev1alpha1.FenceConfig{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-fence"}, Spec: fencev1alpha1.FenceConfigSpec{Hosts: []fencev1alpha1.Host{{
+		Username: host, Namespaces: []string{"listed"},
+		NamespaceSelector: &fencev1alpha1.NamespaceSelector{MatchLabels: map[string]fencev1alpha1.LabelValue{"tier": "agents"}},
+	}}}}
+	nss := map[string]*corev1.Namespace{
+		"listed":       ns("listed", nil),
+		"selected":     ns("selected", map[string]string{"tier": "agents"}),
+		"selected-in":  ns("selected-in", map[string]string{"tier": "agents", fencev1alpha1.FencedNamespaceLabel: "true"}),
+		"not-selected": ns("not-selected", map[string]string{"tier": "other"}),
+	}
+	got := namespaceFindings(&installed{config: cfg}, nss, nil)
+	want := []Finding{
+		{Kind: "Namespace", Name: "listed", Check: CheckNamespaceNotOptedIn, By: "FenceConfig",
+			Message: "host " + host + " drives sandboxes in listed, but the namespace lacks fence.sandbox.namzu.ai/enabled=true, so the fence refuses its CiliumNetworkPolicy writes there until the namespace is labelled (contract §4.3 rule 8)"},
+		{Kind: "Namespace", Name: "selected", Check: CheckNamespaceNotOptedIn, By: "FenceConfig",
+			Message: "the namespaceSelector of host " + host + " selects selected, but the namespace lacks fence.sandbox.namzu.ai/enabled=true, so the fence refuses its CiliumNetworkPolicy writes there until the namespace is labelled (contract §4.3 rule 8)"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("findings (-want +got):\n%s", d)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -229,6 +230,15 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 						what += " (does not exist)"
 					}
 					notOpted = append(notOpted, what)
+				}
+			}
+			var nss []*corev1.Namespace
+			for i := range in.namespaces {
+				nss = append(nss, &in.namespaces[i])
+			}
+			for _, ns := range selectedNamespaces(&h, nss) {
+				if !optedIn(ns) {
+					notOpted = append(notOpted, ns.Name+" (selected)")
 				}
 			}
 		}

@@ -24,7 +24,9 @@ import (
 // them (internal/policyconfig), with the API server's own matcher (the code
 // its webhook dispatcher runs): a bound host reaches the webhook; another
 // ServiceAccount, a human, a kube-system controller and the webhook's own
-// ServiceAccount do not, so no webhook outage can block them. As shipped, and while the FenceConfig is missing, nobody does.
+// ServiceAccount do not, so no webhook outage can block them; a list-bound
+// host reaches it in its own namespaces only, a host bound by selector in
+// all. As shipped, and while the FenceConfig is missing, nobody does.
 func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
 	var shipped admissionregistrationv1.ValidatingWebhookConfiguration
 	if !tst.Find(t, tst.Render(t, configDir, "webhook"), "ValidatingWebhookConfiguration", "sandbox-fence-webhook", &shipped) {
@@ -34,7 +36,9 @@ func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
 		t.Fatalf("want the write entry only, got %d entries", len(shipped.Webhooks))
 	}
 	const host = "system:serviceaccount:sandboxes:sandbox-host"
-	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Host(host, "sandboxes").Obj()
+	const selecting = "system:serviceaccount:agents:host"
+	cfg := tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Host(host, "sandboxes").
+		SelectorHost(selecting, map[string]string{"tier": "agents"}).Obj()
 	rendered := policyconfig.RenderWebhooks(&shipped, policyconfig.FromFenceConfig(cfg.Name, cfg))
 	missing := policyconfig.RenderWebhooks(&shipped, policyconfig.FromFenceConfig(cfg.Name, nil))
 	compiler := celplugin.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
@@ -49,6 +53,10 @@ func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
 		// egress policy judges the rest), so no other write of the host
 		// waits on it.
 		{"the bound host in a namespace that is not its own", &user.DefaultInfo{Name: host}, false, "team-a"},
+		// A match condition cannot read a namespace's labels, so a host
+		// bound by selector reaches the webhook everywhere, and the
+		// webhook tells its namespaces (CachedNamespaces).
+		{"a host bound by selector, in any namespace", &user.DefaultInfo{Name: selecting}, true, "team-a"},
 		{"a ServiceAccount that is no host", &user.DefaultInfo{Name: "system:serviceaccount:team-a:builder"}, false, ""},
 		{"a human user", &user.DefaultInfo{Name: "sandbox-operator", Groups: []string{"system:authenticated"}}, false, ""},
 		{"a user named like the host's ServiceAccount", &user.DefaultInfo{Name: "serviceaccount:sandboxes:sandbox-host"}, false, ""},
