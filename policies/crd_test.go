@@ -117,6 +117,16 @@ func TestFenceConfigValidationRefuses(t *testing.T) {
 		// docs/install.md, Limits: the rendering must fit one CEL expression.
 		{"513 namespaces in all", map[string]any{"hosts": manyNamespaces(513)}, []string{"spec.hosts"}},
 		{"33 namespaceSelector terms in all", map[string]any{"hosts": manySelectorTerms(33)}, []string{"spec.hosts"}},
+		{"5 matchLabels, 5 matchExpressions and 9 values in one selector", map[string]any{
+			"hosts": []any{map[string]any{"username": "system:serviceaccount:a:h", "namespaceSelector": map[string]any{
+				"matchLabels": map[string]any{"a": "v", "b": "v", "c": "v", "d": "v", "e": "v"},
+				"matchExpressions": []any{
+					map[string]any{"key": "a", "operator": "In", "values": []any{"1", "2", "3", "4", "5", "6", "7", "8", "9"}},
+					map[string]any{"key": "b", "operator": "Exists"}, map[string]any{"key": "c", "operator": "Exists"},
+					map[string]any{"key": "d", "operator": "Exists"}, map[string]any{"key": "e", "operator": "Exists"},
+				}}}},
+		}, []string{"spec.hosts[0].namespaceSelector.matchExpressions", "spec.hosts[0].namespaceSelector.matchExpressions[0].values",
+			"spec.hosts[0].namespaceSelector.matchLabels"}},
 		// An empty selector would bind the host in every namespace; a
 		// requirement's values follow its operator, as in metav1.LabelSelector.
 		{"an empty namespaceSelector, an operator In without values, Exists with values, an unknown operator", map[string]any{
