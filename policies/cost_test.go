@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 )
@@ -422,6 +423,23 @@ func adversarialInputs(t *testing.T) []costInput {
 			Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK), Namespace: "sbx", Name: w.obj.GetName(),
 			Object: w.obj, User: &user.DefaultInfo{Name: hostUser, Groups: manyGroups()}}})
 	}
+	// The schema's 32 selector terms, every one evaluated against sbx's
+	// labels (bigConfig's fail on their first): the host is bound by a
+	// selector whose 28 terms hold, and another host's 4 terms fail on
+	// the last.
+	values := []any{"1", "2", "3", "4", "5", "6", "7", "8"}
+	notIn := func(k string) any { return map[string]any{"key": k, "operator": "NotIn", "values": values} }
+	absent := func(k string) any { return map[string]any{"key": k, "operator": "DoesNotExist"} }
+	selecting := caseConfig(t, defaultParams(t), vapeval.CaseParams{Spec: map[string]any{"hosts": []any{
+		map[string]any{"username": hostUser, "namespaceSelector": map[string]any{"matchExpressions": []any{
+			notIn("a"), notIn("b"), notIn("c"), map[string]any{"key": fencev1alpha1.FencedNamespaceLabel, "operator": "Exists"}}}},
+		map[string]any{"username": "system:serviceaccount:other:host", "namespaceSelector": map[string]any{"matchExpressions": []any{
+			absent("a"), absent("b"), absent("c"), absent(fencev1alpha1.FencedNamespaceLabel)}}},
+	}}})
+	w := worstPolicies()[0]
+	out = append(out, costInput{name: "cnp: 32 selector terms, all evaluated: " + w.name, config: selecting, req: vapeval.Request{
+		Operation: admission.Create, Kind: cnpGVK, Resource: resourceOf(t, cnpGVK), Namespace: "sbx", Name: w.obj.GetName(),
+		Object: w.obj, User: &user.DefaultInfo{Name: hostUser, Groups: manyGroups()}}})
 	return out
 }
 
