@@ -188,7 +188,8 @@ func grantOtherHostTheHostsRole(t *testing.T, probe *unstructured.Unstructured) 
 
 // No host reaches another host's sandboxes, in the two ways
 // a security review got there on the real API server: a FenceConfig that
-// lists one namespace for both hosts, where each could create or delete
+// lists one namespace for both hosts (or lists it for one and selects it
+// for the other), where each could create or delete
 // the other's per-sandbox policies; and a namespace listed for a host
 // without the opt-in label, where the host was not fenced at all. Both were admitted before.
 func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
@@ -225,6 +226,26 @@ func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
 		framework.ExpectDenied(t, "the other host creates the host's sandbox's policy", err, framework.PolicyCiliumEgress, shared)
 		err = env.OtherHost.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Delete(ctx, hostsPolicy.GetName(), metav1.DeleteOptions{})
 		framework.ExpectDenied(t, "the other host deletes the host's sandbox's policy", err, framework.PolicyCiliumEgress, shared)
+	})
+
+	// The API server's own namespaceObject labels, as a selector on
+	// kubernetes.io/metadata.name (which it sets on every namespace) reads
+	// them, and the webhook's routing of a host bound by selector.
+	t.Run("a namespace one host lists and another's namespaceSelector selects is neither's", func(t *testing.T) {
+		spec := env.FenceConfigSpec()
+		spec.Hosts[1].NamespaceSelector = &fencev1.NamespaceSelector{MatchLabels: map[string]fencev1.LabelValue{
+			"kubernetes.io/metadata.name": fencev1.LabelValue(env.HostNamespace)}}
+		if err := env.ConfigureFenceSpec(ctx, fencev1.DefaultConfigName, spec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(restore)
+		const shared = "is bound to more than one host"
+		probe := hostsPolicy.DeepCopy()
+		if err := env.WaitDenied(ctx, framework.Marker{Name: "selected namespace rendered", As: env.Host, Obj: probe, Want: shared}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		err := grantOtherHostTheHostsRole(t, probe)
+		framework.ExpectDenied(t, "the selecting host creates the host's sandbox's policy", err, framework.PolicyCiliumEgress, shared)
 	})
 
 	t.Run("a namespace listed for a host but not opted in refuses the host", func(t *testing.T) {

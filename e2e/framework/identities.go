@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
@@ -256,8 +257,8 @@ func (e *Env) ConfigureFence(ctx context.Context, name string) error {
 	return e.ConfigureFenceSpec(ctx, name, e.FenceConfigSpec())
 }
 
-// ConfigureFenceSpec applies the FenceConfig name with spec's hosts and
-// break-glass groups, under the same field manager as ConfigureFence, so a
+// ConfigureFenceSpec applies the FenceConfig name with spec's hosts (their
+// namespaces and namespaceSelectors) and break-glass groups, under the same field manager as ConfigureFence, so a
 // test can change the configuration and ConfigureFence restore it.
 func (e *Env) ConfigureFenceSpec(ctx context.Context, name string, spec fencev1.FenceConfigSpec) error {
 	hosts := []any{}
@@ -266,7 +267,18 @@ func (e *Env) ConfigureFenceSpec(ctx context.Context, name string, spec fencev1.
 		for _, n := range h.Namespaces {
 			ns = append(ns, n)
 		}
-		hosts = append(hosts, map[string]any{"username": h.Username, "namespaces": ns})
+		host := map[string]any{"username": h.Username, "namespaces": ns}
+		if h.NamespaceSelector != nil {
+			sel, err := runtime.DefaultUnstructuredConverter.ToUnstructured(h.NamespaceSelector)
+			if err != nil {
+				return err
+			}
+			host["namespaceSelector"] = sel
+			if len(ns) == 0 {
+				delete(host, "namespaces")
+			}
+		}
+		hosts = append(hosts, host)
 	}
 	groups := []any{}
 	for _, g := range spec.BreakGlass.Groups {
