@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -312,41 +313,31 @@ func (h *Host) Binds(ns string, nsLabels map[string]string) bool {
 	return slices.Contains(h.Namespaces, ns) || h.NamespaceSelector.Matches(nsLabels)
 }
 
-// Matches reports whether every requirement of s holds for labels; a nil
-// selector matches nothing (a host without one is bound by its list only).
-func (s *NamespaceSelector) Matches(labels map[string]string) bool {
+// Matches reports whether s selects a namespace with these labels, by
+// apimachinery's own label selector; a nil selector matches nothing (a host
+// without one is bound by its list only). A selector apimachinery refuses
+// (a matchLabels key no label can have, which the schema does not parse)
+// matches nothing either, as no namespace can carry that key.
+func (s *NamespaceSelector) Matches(nsLabels map[string]string) bool {
 	if s == nil {
 		return false
 	}
-	for k, v := range s.MatchLabels {
-		if got, ok := labels[k]; !ok || got != string(v) {
-			return false
-		}
-	}
-	for _, e := range s.MatchExpressions {
-		v, ok := labels[e.Key]
-		var holds bool
-		switch e.Operator {
-		case SelectorOpIn:
-			holds = ok && slices.Contains(e.Values, v)
-		case SelectorOpNotIn:
-			holds = !ok || !slices.Contains(e.Values, v)
-		case SelectorOpExists:
-			holds = ok
-		case SelectorOpDoesNotExist:
-			holds = !ok
-		}
-		if !holds {
-			return false
-		}
-	}
-	return true
+	sel, err := metav1.LabelSelectorAsSelector(s.LabelSelector())
+	return err == nil && sel.Matches(labels.Set(nsLabels))
 }
 
-// The operators of NamespaceSelectorRequirement; the schema refuses any other.
-const (
-	SelectorOpIn           = "In"
-	SelectorOpNotIn        = "NotIn"
-	SelectorOpExists       = "Exists"
-	SelectorOpDoesNotExist = "DoesNotExist"
-)
+// LabelSelector is s as the metav1.LabelSelector it narrows.
+func (s *NamespaceSelector) LabelSelector() *metav1.LabelSelector {
+	ls := &metav1.LabelSelector{}
+	for k, v := range s.MatchLabels {
+		if ls.MatchLabels == nil {
+			ls.MatchLabels = map[string]string{}
+		}
+		ls.MatchLabels[k] = string(v)
+	}
+	for _, e := range s.MatchExpressions {
+		ls.MatchExpressions = append(ls.MatchExpressions, metav1.LabelSelectorRequirement{
+			Key: e.Key, Operator: metav1.LabelSelectorOperator(e.Operator), Values: e.Values})
+	}
+	return ls
+}

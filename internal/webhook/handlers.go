@@ -121,7 +121,7 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 		if h.Namespaces == nil {
 			err = errors.New("the webhook reads no namespaces")
 		} else {
-			bound, err = h.Namespaces.Binds(lctx, host, req.Namespace)
+			bound, err = h.Namespaces.Selects(lctx, host.NamespaceSelector, req.Namespace)
 		}
 		if err != nil {
 			log.Info("refusing for now: namespace unread", "namespace", req.Namespace, "err", err.Error())

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,8 +18,8 @@ func NamespaceMeta() *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}}
 }
 
-// CachedNamespaces tells whether a host is bound in a namespace, reading the
-// namespace's labels for a host bound by selector. Like CachedOwners, the
+// CachedNamespaces tells whether a host's namespaceSelector selects a
+// namespace, reading the namespace's labels. Like CachedOwners, the
 // cache answers only what it cannot get wrong: a namespace whose cached
 // labels bind the host is checked (a check the host did not need only
 // refuses what the egress policy refuses anyway, since the host's write
@@ -34,15 +33,11 @@ type CachedNamespaces struct {
 	Live client.Reader
 }
 
-// Binds reports whether host is bound in namespace ns (contract §4.7):
-// listed, or matched by its selector. A host without a selector is bound by
-// its list alone and reads nothing.
-func (n *CachedNamespaces) Binds(ctx context.Context, host *fencev1alpha1.Host, ns string) (bool, error) {
-	if slices.Contains(host.Namespaces, ns) || host.NamespaceSelector == nil {
-		return slices.Contains(host.Namespaces, ns), nil
-	}
+// Selects reports whether sel selects namespace ns (contract §4.7), for a
+// host its list does not bind there.
+func (n *CachedNamespaces) Selects(ctx context.Context, sel *fencev1alpha1.NamespaceSelector, ns string) (bool, error) {
 	m := NamespaceMeta()
-	if err := n.Cache.Get(ctx, types.NamespacedName{Name: ns}, m); err == nil && host.Binds(ns, m.Labels) {
+	if err := n.Cache.Get(ctx, types.NamespacedName{Name: ns}, m); err == nil && sel.Matches(m.Labels) {
 		return true, nil
 	}
 	m = NamespaceMeta()
@@ -51,7 +46,7 @@ func (n *CachedNamespaces) Binds(ctx context.Context, host *fencev1alpha1.Host, 
 		// deletable (contract §8.8), and writes there fail anyway.
 		return false, client.IgnoreNotFound(err)
 	}
-	return host.Binds(ns, m.Labels), nil
+	return sel.Matches(m.Labels), nil
 }
 
 // TrimNamespace is the namespace informer's transform: it keeps the name,
