@@ -191,7 +191,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	sbom, err := spdx(o.Version, pinned, when, map[string]string{
+	modcache, err := goEnv(ctx, env, "GOMODCACHE")
+	if err != nil {
+		return err
+	}
+	sbom, err := spdx(o.Version, pinned, modcache, when, map[string]string{
 		"linux/amd64": filepath.Join(work, "webhook-linux-amd64"),
 		"linux/arm64": filepath.Join(work, "webhook-linux-arm64"),
 	})
@@ -317,7 +321,7 @@ func installYAML(root, version, image string) (install, config []byte, err error
 // linker put into them: the main module and each dependency with its
 // version, the SHA-256 of its zip as the module proxy serves it and its
 // go.sum hash as a comment, and each binary's own SHA-256.
-func spdx(version, image string, created time.Time, bins map[string]string) ([]byte, error) {
+func spdx(version, image, modcache string, created time.Time, bins map[string]string) ([]byte, error) {
 	var info *debug.BuildInfo
 	type file struct {
 		Name      string     `json:"fileName"`
@@ -372,7 +376,7 @@ func spdx(version, image string, created time.Time, bins map[string]string) ([]b
 			// no hash of any file: SPDX has no algorithm for it, so it is a
 			// comment, and the checksum is that of the zip the module proxy
 			// serves, the copy the go command verified against it.
-			zip, sum, err := moduleZip(m.Path, m.Version)
+			zip, sum, err := moduleZip(modcache, m.Path, m.Version)
 			if err != nil {
 				return nil, err
 			}
@@ -414,19 +418,15 @@ func spdx(version, image string, created time.Time, bins map[string]string) ([]b
 }
 
 // moduleZip returns the module proxy's URL of a module version's zip and
-// the SHA-256 of the copy in the Go module cache, which the go command
-// downloaded from the proxy and verified against go.sum while it built the
-// binaries.
-func moduleZip(path, version string) (url, sum string, err error) {
+// the SHA-256 of the copy in the Go module cache modcache, which the go
+// command downloaded from the proxy and verified against go.sum while it
+// built the binaries.
+func moduleZip(modcache, path, version string) (url, sum string, err error) {
 	ep, err := module.EscapePath(path)
 	if err != nil {
 		return "", "", err
 	}
 	ev, err := module.EscapeVersion(version)
-	if err != nil {
-		return "", "", err
-	}
-	modcache, err := goEnv(context.Background(), os.Environ(), "GOMODCACHE")
 	if err != nil {
 		return "", "", err
 	}
