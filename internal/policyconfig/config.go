@@ -89,9 +89,24 @@ type Config struct {
 var ShippedExpression = Config{State: Unrendered}.Expression()
 
 // ShippedMatchCondition is the webhook configuration's shipped MatchCondition:
-// it routes nobody until a FenceConfig is rendered (the egress policy holds
-// the fail-closed duty meanwhile).
-const ShippedMatchCondition = "false"
+// every identity that may be a bound host (fencev1alpha1.VerifiableHost),
+// writing a per-sandbox name. It is what an upgrade's apply, a Helm upgrade
+// or a GitOps revert puts back over a rendered condition, and it is broader
+// than any rendering: an API server takes up a webhook configuration at
+// once but a policy only at its next refresh (up to a second later), so a
+// placeholder narrower than the rendering would leave the still-rendered
+// policy admitting a bound host's write that reaches no owner check. The
+// webhook skips whoever the FenceConfig does not bind. A generated name is
+// never a per-sandbox name (it carries a suffix), so a request without a
+// name is no host's either.
+const ShippedMatchCondition = "request.name.startsWith('" + fence.PolicyNamePrefix + "') && " +
+	"request.userInfo.username.startsWith('" + fencev1alpha1.ServiceAccountPrefix + "') && " +
+	"!request.userInfo.username.startsWith('" + fencev1alpha1.ServiceAccountPrefix + "kube-system:')"
+
+// RoutesNobody is the condition the controller renders while no host is
+// bound (no hosts, a missing or an invalid FenceConfig): the egress policy
+// refuses every ServiceAccount's writes in opted-in namespaces meanwhile.
+const RoutesNobody = "false"
 
 // FromFenceConfig is the Config the policies enforce for cfg; nil is Missing.
 func FromFenceConfig(name string, cfg *fencev1alpha1.FenceConfig) Config {
@@ -209,12 +224,12 @@ func (c Config) Expression() string {
 
 // MatchConditionExpression routes to the webhook the bound hosts' writes in
 // their own namespaces, the only ones it checks: a
-// rendered configuration's hosts, nobody otherwise. So a webhook outage
+// rendered configuration's hosts, nobody otherwise (RoutesNobody). So a webhook outage
 // can refuse a bound host's write in its own namespaces, where the fence
 // must not admit it unchecked, and nothing else.
 func (c Config) MatchConditionExpression() string {
 	if c.State != Rendered || len(c.Hosts) == 0 {
-		return ShippedMatchCondition
+		return RoutesNobody
 	}
 	hosts := stringListMap(c.Hosts)
 	own := "request.namespace in " + hosts + "[request.userInfo.username]"

@@ -72,7 +72,7 @@ func wantEntry(name, path string, rule admissionregistrationv1.RuleWithOperation
 		// everyone and whatever the failurePolicy.
 		NamespaceSelector: &metav1.LabelSelector{},
 		// Only the bound hosts, as the controller renders them
-		// (internal/policyconfig); nobody as shipped.
+		// (internal/policyconfig); any host's per-sandbox write as shipped.
 		MatchConditions: []admissionregistrationv1.MatchCondition{
 			{Name: policyconfig.MatchCondition, Expression: policyconfig.ShippedMatchCondition},
 		},

@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"cmp"
 	"context"
 	"testing"
 
@@ -26,7 +27,10 @@ import (
 // ServiceAccount, a human, a kube-system controller and the webhook's own
 // ServiceAccount do not, so no webhook outage can block them; a list-bound
 // host reaches it in its own namespaces only, a host bound by selector in
-// all. As shipped, and while the FenceConfig is missing, nobody does.
+// all. While the FenceConfig is missing, nobody does. As shipped (what an
+// upgrade's apply puts back over the rendering), every identity that may be
+// a host does, writing a per-sandbox name, so the placeholder never routes
+// less than a rendering.
 func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
 	var shipped admissionregistrationv1.ValidatingWebhookConfiguration
 	if !tst.Find(t, tst.Render(t, configDir, "webhook"), "ValidatingWebhookConfiguration", "sandbox-fence-webhook", &shipped) {
@@ -45,23 +49,27 @@ func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
 	users := []struct {
 		name      string
 		user      user.Info
-		reaches   bool
+		reaches   bool   // rendered
+		shipped   bool   // as shipped
 		namespace string // default: the host's
+		object    string // default: a per-sandbox name
 	}{
-		{"the bound host", &user.DefaultInfo{Name: host, Groups: []string{"system:serviceaccounts"}}, true, ""},
+		{"the bound host", &user.DefaultInfo{Name: host, Groups: []string{"system:serviceaccounts"}}, true, true, "", ""},
+		{"the bound host writing another name", &user.DefaultInfo{Name: host}, true, false, "", "team-policy"},
 		// The webhook checks owners in the host's namespaces only (the
 		// egress policy judges the rest), so no other write of the host
 		// waits on it.
-		{"the bound host in a namespace that is not its own", &user.DefaultInfo{Name: host}, false, "team-a"},
+		{"the bound host in a namespace that is not its own", &user.DefaultInfo{Name: host}, false, true, "team-a", ""},
 		// A match condition cannot read a namespace's labels, so a host
 		// bound by selector reaches the webhook everywhere, and the
 		// webhook tells its namespaces (CachedNamespaces).
-		{"a host bound by selector, in any namespace", &user.DefaultInfo{Name: selecting}, true, "team-a"},
-		{"a ServiceAccount that is no host", &user.DefaultInfo{Name: "system:serviceaccount:team-a:builder"}, false, ""},
-		{"a human user", &user.DefaultInfo{Name: "sandbox-operator", Groups: []string{"system:authenticated"}}, false, ""},
-		{"a user named like the host's ServiceAccount", &user.DefaultInfo{Name: "serviceaccount:sandboxes:sandbox-host"}, false, ""},
-		{"the garbage collector", &user.DefaultInfo{Name: "system:serviceaccount:kube-system:generic-garbage-collector"}, false, ""},
-		{"the webhook's own ServiceAccount", &user.DefaultInfo{Name: "system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook"}, false, ""},
+		{"a host bound by selector, in any namespace", &user.DefaultInfo{Name: selecting}, true, true, "team-a", ""},
+		{"a ServiceAccount that is no host", &user.DefaultInfo{Name: "system:serviceaccount:team-a:builder"}, false, true, "", ""},
+		{"a ServiceAccount that is no host writing another name", &user.DefaultInfo{Name: "system:serviceaccount:team-a:builder"}, false, false, "", "team-policy"},
+		{"a human user", &user.DefaultInfo{Name: "sandbox-operator", Groups: []string{"system:authenticated"}}, false, false, "", ""},
+		{"a user named like the host's ServiceAccount", &user.DefaultInfo{Name: "serviceaccount:sandboxes:sandbox-host"}, false, false, "", ""},
+		{"the garbage collector", &user.DefaultInfo{Name: "system:serviceaccount:kube-system:generic-garbage-collector"}, false, false, "", ""},
+		{"the webhook's own ServiceAccount", &user.DefaultInfo{Name: "system:serviceaccount:sandbox-fence-system:sandbox-fence-webhook"}, false, true, "", ""},
 	}
 	gvk := schema.GroupVersionKind{Group: "cilium.io", Version: "v2", Kind: "CiliumNetworkPolicy"}
 	gvr := schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumnetworkpolicies"}
@@ -84,17 +92,15 @@ func TestShippedMatchConditionsRouteOnlyBoundHosts(t *testing.T) {
 		for _, u := range users {
 			t.Run(state.name+"/"+u.name, func(t *testing.T) {
 				var o, oo *unstructured.Unstructured = obj, old
-				ns := u.namespace
-				if ns == "" {
-					ns = "sandboxes"
-				}
-				attrs := admission.NewAttributesRecord(nilIfEmpty(o), nilIfEmpty(oo), gvk, ns, "namzu-sbx-0c9a7c6e", gvr, "", op, nil, false, u.user)
+				ns, name := cmp.Or(u.namespace, "sandboxes"), cmp.Or(u.object, "namzu-sbx-0c9a7c6e")
+				attrs := admission.NewAttributesRecord(nilIfEmpty(o), nilIfEmpty(oo), gvk, ns, name, gvr, "", op, nil, false, u.user)
 				va := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: admission.NewLazyObject(nilIfEmpty(o)), VersionedOldObject: admission.NewLazyObject(nilIfEmpty(oo))}
 				res := matcher.Match(context.Background(), va, nil, nil)
 				if res.Error != nil {
 					t.Fatalf("matchConditions: %v", res.Error)
 				}
-				if want := u.reaches && state.vwc == rendered; res.Matches != want {
+				want := u.reaches && state.vwc == rendered || u.shipped && state.vwc == &shipped
+				if res.Matches != want {
 					t.Errorf("%s (%s) reaches the webhook: %v, want %v (failed condition: %v)", u.user.GetName(), u.name, res.Matches, want, res.FailedConditionName)
 				}
 			})

@@ -5,6 +5,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +44,15 @@ type Reconciler struct {
 	Client            client.Client
 	ConfigName        string
 	WebhookConfigName string
+	// PolicyRefresh is how long a closing render waits between the
+	// policies and the routing (DefaultPolicyRefresh when zero).
+	PolicyRefresh time.Duration
 }
+
+// DefaultPolicyRefresh outlasts the API server's refresh of its policies: it
+// takes up a webhook configuration at once, but a changed policy only at its
+// next refresh, once a second (k8s.io/apiserver's generic policy source).
+const DefaultPolicyRefresh = 1500 * time.Millisecond
 
 // SetupWithManager adds the controller to mgr. Every event, of the
 // FenceConfig, a labelled policy or the webhook configuration, renders
@@ -142,16 +151,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 // apply ships both unrendered, let a bound host's policy for a missing
 // owner through between the two writes (seen on kind: 3 admitted). A
 // configuration that routes nobody (missing, invalid) closes: the policies
-// are written first and refuse, then the routing stops. A host a change
-// drops from the routing first is a host the change unfences anyway.
+// are written first and refuse, and the routing stops only once the API
+// server has taken them up (PolicyRefresh). A host a change drops from the
+// routing first is a host the change unfences anyway.
 func (r *Reconciler) render(ctx context.Context, c policyconfig.Config) (changed, problems []string, err error) {
+	closing := c.MatchConditionExpression() == policyconfig.RoutesNobody
 	first, second := r.renderWebhook, r.renderPolicies
-	if c.MatchConditionExpression() == policyconfig.ShippedMatchCondition {
+	if closing {
 		first, second = second, first
 	}
 	changed, problems, err = first(ctx, c)
 	if err != nil {
 		return changed, problems, err
+	}
+	if closing && len(changed) > 0 {
+		select {
+		case <-ctx.Done():
+			return changed, problems, ctx.Err()
+		case <-time.After(cmp.Or(r.PolicyRefresh, DefaultPolicyRefresh)):
+		}
 	}
 	more, moreProblems, err := second(ctx, c)
 	return append(changed, more...), append(problems, moreProblems...), err
