@@ -99,7 +99,7 @@ func runServer(ctx context.Context, certDir, cpuprofile string) error {
 		// As cmd/webhook: TLS 1.2+ and HTTP/1.1 only.
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12; c.NextProtos = []string{"http/1.1"} }},
 	})
-	srv.Register(webhook.CiliumEgressPath, review.Handler(nil))
+	srv.Register(webhook.CiliumEgressPath, review.Handler(nil, 0))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -239,8 +239,11 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 	}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
-	// 256 distinct reviews; one in twenty names an invented owner.
+	// 256 distinct reviews; one in twenty names an invented owner. Each
+	// answer must carry its review's verdict, so a fixture the rules refuse
+	// is never measured as the admitted path.
 	var reviews [][]byte
+	var verdicts [][]byte
 	minSize, maxSize := math.MaxInt, 0
 	for i := range 256 {
 		k := review.Admitted
@@ -252,6 +255,7 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 			return err
 		}
 		reviews = append(reviews, b)
+		verdicts = append(verdicts, []byte(fmt.Sprintf(`"allowed":%v`, k == review.Admitted)))
 		minSize, maxSize = min(minSize, len(b)), max(maxSize, len(b))
 	}
 	send := func(i int) error {
@@ -269,7 +273,7 @@ func run(ctx context.Context, duration time.Duration, conns int, rate float64, s
 		if err != nil {
 			return err
 		}
-		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"allowed"`)) {
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, verdicts[i%len(verdicts)]) {
 			return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, body)
 		}
 		return nil

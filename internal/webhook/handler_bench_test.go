@@ -17,14 +17,20 @@ import (
 // controller-runtime's admission.Webhook (decode, handler, encode), the
 // FenceConfig read, the owner lookup from a cache that deep-copies like the
 // informer cache, the rule and the metrics. TLS and the socket are not in it
-// (hack/loadgen measures those).
+// (hack/loadgen measures those). The FenceConfig binds one namespace, or
+// the 512 the schema allows at most.
 func BenchmarkCiliumWebhookServeHTTP(b *testing.B) {
-	h := fixture.Handler(nil)
 	for _, c := range []struct {
-		name    string
-		kind    fixture.Kind
-		allowed bool
-	}{{"admitted", fixture.Admitted, true}, {"denied, invented owner", fixture.Denied, false}} {
+		name       string
+		kind       fixture.Kind
+		allowed    bool
+		namespaces int
+	}{
+		{"admitted", fixture.Admitted, true, 0},
+		{"denied, invented owner", fixture.Denied, false, 0},
+		{"admitted, FenceConfig of 512 namespaces", fixture.Admitted, true, 511},
+	} {
+		h := fixture.Handler(nil, c.namespaces)
 		b.Run(c.name, func(b *testing.B) {
 			body, err := fixture.Build(1, c.kind)
 			if err != nil {

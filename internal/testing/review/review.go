@@ -122,13 +122,17 @@ type memReader struct {
 	objects map[types.NamespacedName]*unstructured.Unstructured
 }
 
-func (m *memReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+func (m *memReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	switch o := obj.(type) {
 	case *fencev1alpha1.FenceConfig:
 		if m.config == nil || key.Name != m.config.Name {
 			return apierrors.NewNotFound(fencev1alpha1.GroupVersionResource.GroupResource(), key.Name)
+		}
+		if (&client.GetOptions{}).ApplyOptions(opts).UnsafeDisableDeepCopy != nil {
+			*o = *m.config // the cache's own copy, as the informer cache hands it out
+			return nil
 		}
 		m.config.DeepCopyInto(o)
 		return nil
@@ -150,7 +154,10 @@ func (m *memReader) List(context.Context, client.ObjectList, ...client.ListOptio
 // Handler returns the webhook's CiliumEgressPath handler as cmd/webhook
 // registers it, over a cache holding the FenceConfig binding HostUser and
 // Owners claims. reg receives the webhook's metrics (nil: a private one).
-func Handler(reg prometheus.Registerer) http.Handler {
+// otherNamespaces binds that many more namespaces, of the longest names, to
+// other hosts, 64 to a host: the FenceConfig's size, which the schema
+// bounds at 512 namespaces.
+func Handler(reg prometheus.Registerer, otherNamespaces int) http.Handler {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -158,6 +165,15 @@ func Handler(reg prometheus.Registerer) http.Handler {
 	cfg.SetGroupVersionKind(fencev1alpha1.GroupVersion.WithKind(fencev1alpha1.Kind))
 	cfg.Name = fencev1alpha1.DefaultConfigName
 	cfg.Spec.Hosts = []fencev1alpha1.Host{{Username: HostUser, Namespaces: []string{Namespace}}}
+	// The CRD's default, which a FenceConfig read from the API server carries.
+	cfg.Spec.PerSandboxLabelKey = fence.DefaultPerSandboxLabelKey
+	for i := 0; otherNamespaces > 0; i++ {
+		h := fencev1alpha1.Host{Username: fmt.Sprintf("system:serviceaccount:tenant-%d:host", i)}
+		for ; otherNamespaces > 0 && len(h.Namespaces) < 64; otherNamespaces-- {
+			h.Namespaces = append(h.Namespaces, fmt.Sprintf("tenant-%d-%054d", i, otherNamespaces))
+		}
+		cfg.Spec.Hosts = append(cfg.Spec.Hosts, h)
+	}
 	mem := &memReader{config: cfg, objects: map[types.NamespacedName]*unstructured.Unstructured{}}
 	for i := range Owners {
 		u := &unstructured.Unstructured{Object: map[string]any{}}
