@@ -47,9 +47,13 @@ type ConfigSource struct {
 	Name string
 }
 
+// get returns the cache's own copy of the FenceConfig, decoded once per
+// change by the informer, not a deep copy per request (up to 512 namespaces
+// at the schema's limits): the handler only reads it, and must never write
+// to it.
 func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, error) {
 	cfg := &fencev1alpha1.FenceConfig{}
-	if err := c.Reader.Get(ctx, types.NamespacedName{Name: c.Name}, cfg); err != nil {
+	if err := c.Reader.Get(ctx, types.NamespacedName{Name: c.Name}, cfg, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	return cfg, nil
