@@ -141,6 +141,11 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 				// for this FenceConfig and the one webhook configuration.
 				&admissionregistrationv1.ValidatingAdmissionPolicy{}:      {Label: rendercontroller.Selector(o.configName)},
 				&admissionregistrationv1.ValidatingWebhookConfiguration{}: {Field: fields.OneTermEqualSelector("metadata.name", o.webhookConfigName)},
+				// The rotated serving certificate (certFiles): one Secret.
+				&corev1.Secret{}: {
+					Namespaces: map[string]cache.Config{o.namespace: {}},
+					Field:      fields.OneTermEqualSelector("metadata.name", o.certSecretName),
+				},
 			},
 			// Reads of anything not registered below fail instead of
 			// silently starting a new cluster-wide informer.
@@ -256,8 +261,12 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		}); err != nil {
 			return fmt.Errorf("setting up certificate rotation: %w", err)
 		}
-		// The listener starts only once the rotated certificate is mounted
-		// in --cert-dir; until then readyz fails and no traffic arrives.
+		if err := mgr.Add(&certFiles{cache: mgr.GetCache(), secret: o.certSecretName, dir: o.certDir, log: log.WithName("cert-files")}); err != nil {
+			return err
+		}
+		// The listener starts only once the rotated certificate is in
+		// --cert-dir (certFiles) and the caBundle injected; until then
+		// readyz fails and no traffic arrives.
 		go func() {
 			select {
 			case <-ready:

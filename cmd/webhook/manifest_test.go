@@ -28,6 +28,7 @@ type deployed struct {
 	PullPolicy                                corev1.PullPolicy
 	CertRotation                              bool
 	CertDirMounted, CertSecret                string
+	CertDirInMemory                           bool
 	RunAsNonRoot, NoPrivilegeEscalation, ROFS bool
 	DropAll                                   bool
 	Seccomp                                   corev1.SeccompProfileType
@@ -84,6 +85,9 @@ func render(t *testing.T, dir string) deployed {
 				if v.Name == m.Name && v.Secret != nil {
 					out.CertSecret = v.Secret.SecretName
 				}
+				if v.Name == m.Name && v.EmptyDir != nil {
+					out.CertDirInMemory = v.EmptyDir.Medium == corev1.StorageMediumMemory
+				}
 			}
 		}
 	}
@@ -100,12 +104,15 @@ func render(t *testing.T, dir string) deployed {
 func TestShippedDeployment(t *testing.T) {
 	common := deployed{
 		Replicas: 2, Image: "sandbox-fence/webhook:dev", PullPolicy: corev1.PullIfNotPresent,
-		CertDirMounted: "certs", CertSecret: "sandbox-fence-webhook-cert",
-		RunAsNonRoot: true, NoPrivilegeEscalation: true, ROFS: true, DropAll: true, Seccomp: corev1.SeccompProfileTypeRuntimeDefault,
+		CertDirMounted: "certs",
+		RunAsNonRoot:   true, NoPrivilegeEscalation: true, ROFS: true, DropAll: true, Seccomp: corev1.SeccompProfileTypeRuntimeDefault,
 		ReadyPath: "/readyz", LivePath: "/healthz", ProbePortIsHealthFlag: true, LimitsSet: true, LookupBelowWebhookTimeout: true,
 	}
+	// The rotating binary writes its Secret's pair into a memory-backed
+	// emptyDir (certFiles); cert-manager's Secret is mounted.
 	rotating := common
 	rotating.CertRotation = true
+	rotating.CertDirInMemory = true
 	rotating.Objects = []string{
 		"ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook", "ClusterRole/sandbox-fence-webhook-cert-rotation",
 		"ClusterRole/sandbox-fence-webhook-render",
@@ -117,6 +124,7 @@ func TestShippedDeployment(t *testing.T) {
 		"ValidatingWebhookConfiguration/sandbox-fence-webhook",
 	}
 	certManager := common
+	certManager.CertSecret = "sandbox-fence-webhook-cert"
 	certManager.IssuedSecret = "sandbox-fence-webhook-cert"
 	certManager.Objects = []string{
 		"Certificate/sandbox-fence-webhook", "ClusterRole/sandbox-fence-metrics-reader", "ClusterRole/sandbox-fence-webhook",
@@ -131,7 +139,7 @@ func TestShippedDeployment(t *testing.T) {
 		dir  string
 		want deployed
 	}{{
-		name: "the default install rotates its own certificate from a shipped empty Secret",
+		name: "the default install rotates its own certificate from a shipped empty Secret, written to memory",
 		dir:  "webhook",
 		want: rotating,
 	}, {
