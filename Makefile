@@ -133,7 +133,7 @@ fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM
 	cd e2e/ciliumproof && $(GO) test -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(CILIUM_FUZZ_TIME) .
 
 # Not part of make test: it runs the suites once per rule (docs/testing.md);
-# a scheduled workflow runs it weekly (.github/workflows/weekly.yml).
+# a scheduled workflow runs it weekly (.github/workflows/mutants.yml).
 MUTANTS_FLAGS ?=
 .PHONY: mutants
 mutants: upstream-crds ## Mutation check: weaken each shipped rule in turn (policies, bindings, the webhook configuration, the webhook's checks and early branches) and fail on one no test catches; table in bin/mutants.md.

@@ -36,9 +36,10 @@ type wfStep struct {
 	Env  map[string]string `json:"env"`
 }
 
-// CI here runs lint and verify, the README's test command, the suite on the
-// oldest supported release, then the in-cluster suite on kind, in that
-// order (.ci/run); a dropped or reordered step must fail here.
+// CI here runs lint and verify, the README's test command, the mutation
+// sample, the soak, the suite on the oldest supported release, then the
+// in-cluster suite on kind, in that order (.ci/run); a dropped or reordered
+// step must fail here.
 func TestCIRunsEveryStepInOrder(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", ".ci", "run"))
 	if err != nil {
@@ -51,7 +52,7 @@ func TestCIRunsEveryStepInOrder(t *testing.T) {
 			makes = append(makes, "make "+rest)
 		}
 	}
-	if d := cmp.Diff([]string{"make lint verify", "make test", "make e2e-oldest", "make e2e-kind"}, makes); d != "" {
+	if d := cmp.Diff([]string{"make lint verify", "make test", "make mutants-sample", "make soak", "make e2e-oldest", "make e2e-kind"}, makes); d != "" {
 		t.Errorf(".ci/run make steps (-want +got):\n%s", d)
 	}
 }
