@@ -193,11 +193,11 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	if err != nil {
 		return err
 	}
-	cfg := webhook.ConfigSource{Reader: mgr.GetCache(), Name: o.configName}
 	live, dropLive, err := webhook.NewLiveReader(restConfig, scheme, mgr.GetRESTMapper())
 	if err != nil {
 		return err
 	}
+	cfg := webhook.ConfigSource{Reader: mgr.GetCache(), Live: live, Name: o.configName}
 	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
 		Host:    o.bindAddress,
 		Port:    o.port,

@@ -43,6 +43,10 @@ var cnpGK = fence.CiliumNetworkPolicyGVK.GroupKind()
 type ConfigSource struct {
 	// Reader is the manager's cache.
 	Reader client.Reader
+	// Live reads the FenceConfig from the API server, to confirm that an
+	// identity routed here is no host before the write is skipped (nil:
+	// the cache is trusted).
+	Live client.Reader
 	// Name is the FenceConfig's name (--config-name).
 	Name string
 }
@@ -54,6 +58,14 @@ type ConfigSource struct {
 func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, error) {
 	cfg := &fencev1alpha1.FenceConfig{}
 	if err := c.Reader.Get(ctx, types.NamespacedName{Name: c.Name}, cfg, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (c ConfigSource) getLive(ctx context.Context) (*fencev1alpha1.FenceConfig, error) {
+	cfg := &fencev1alpha1.FenceConfig{}
+	if err := c.Live.Get(ctx, types.NamespacedName{Name: c.Name}, cfg); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -101,43 +113,40 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
 	defer cancel()
 	cfg, err := h.Config.get(lctx)
-	switch {
-	case apierrors.IsNotFound(err):
-		// The controller routes nobody here while the FenceConfig is
-		// missing, and the egress policy refuses every ServiceAccount's
-		// writes in opted-in namespaces meanwhile, so the write is not
-		// let through unfenced.
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed(admit.CiliumFamily.Message("no FenceConfig: the egress policy refuses the write in opted-in namespaces"))
-	case err != nil:
+	if err != nil && !apierrors.IsNotFound(err) {
 		log.Info("refusing for now: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
 		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
 		return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
 			"FenceConfig %q could not be read (%v), so the write was not checked and is refused for now", h.Config.Name, err))
 	}
-	host := cfg.Spec.HostFor(req.UserInfo.Username)
-	if host == nil {
-		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed(admit.CiliumFamily.Message("not a bound host"))
-	}
-	bound := slices.Contains(host.Namespaces, req.Namespace)
-	if !bound && host.NamespaceSelector != nil {
-		if h.Namespaces == nil {
-			err = errors.New("the webhook reads no namespaces")
-		} else {
-			bound, err = h.Namespaces.Selects(lctx, host.NamespaceSelector, req.Namespace)
-		}
-		if err != nil {
-			log.Info("refusing for now: namespace unread", "namespace", req.Namespace, "err", err.Error())
+	bound, skip, resp := h.binds(lctx, cfg, req)
+	if resp == nil && !bound && h.Config.Live != nil {
+		// The webhook configuration routed this identity here, so it may
+		// be bound by a change this replica's cache has not heard of yet:
+		// the controller renders a change into the routing first and into
+		// the policies after, and the policies then admit the host's write
+		// unless this check runs. Before skipping it, the FenceConfig is
+		// read live; a routed identity that is no host is rare (the
+		// shipped placeholder, a host bound by selector writing elsewhere).
+		cfg, err = h.Config.getLive(lctx)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			log.Info("refusing for now: FenceConfig unread live", "config", h.Config.Name, "err", err.Error())
 			h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
 			return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
-				"namespace %q could not be read (%v), so whether %s's namespaceSelector binds it is unknown and the write is refused for now",
-				req.Namespace, err, req.UserInfo.Username))
+				"FenceConfig %q could not be read (%v), so whether %s is bound in namespace %q is unknown and the write is refused for now",
+				h.Config.Name, err, req.UserInfo.Username, req.Namespace))
+		default:
+			bound, skip, resp = h.binds(lctx, cfg, req)
 		}
+	}
+	if resp != nil {
+		return *resp
 	}
 	if !bound {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed(admit.CiliumFamily.Message("not one of the host's namespaces: the egress policy judges the write"))
+		return admission.Allowed(admit.CiliumFamily.Message(skip))
 	}
 	obj, err := decodeOwnerReferences(req.Object.Raw)
 	if err != nil {
@@ -293,4 +302,41 @@ func unavailable(family admit.Family, gk schema.GroupKind, name, why string) adm
 		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name, RetryAfterSeconds: RetryAfterSeconds},
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
+}
+
+// binds tells whether cfg binds the request's user in the request's
+// namespace; when not, skip says why the webhook skips the write. A
+// response is returned when that cannot be told (a namespace unread).
+func (h *CiliumHandler) binds(ctx context.Context, cfg *fencev1alpha1.FenceConfig, req admission.Request) (bound bool, skip string, resp *admission.Response) {
+	if cfg == nil {
+		// The controller routes nobody here while the FenceConfig is
+		// missing, and the egress policy refuses every ServiceAccount's
+		// writes in opted-in namespaces meanwhile, so the write is not
+		// let through unfenced.
+		return false, "no FenceConfig: the egress policy refuses the write in opted-in namespaces", nil
+	}
+	host := cfg.Spec.HostFor(req.UserInfo.Username)
+	if host == nil {
+		return false, "not a bound host", nil
+	}
+	if slices.Contains(host.Namespaces, req.Namespace) {
+		return true, "", nil
+	}
+	if host.NamespaceSelector != nil {
+		var err error
+		if h.Namespaces == nil {
+			err = errors.New("the webhook reads no namespaces")
+		} else {
+			bound, err = h.Namespaces.Selects(ctx, host.NamespaceSelector, req.Namespace)
+		}
+		if err != nil {
+			logf.FromContext(ctx).Info("refusing for now: namespace unread", "rule", RuleCiliumOwner, "namespace", req.Namespace, "err", err.Error())
+			h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
+			r := unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
+				"namespace %q could not be read (%v), so whether %s's namespaceSelector binds it is unknown and the write is refused for now",
+				req.Namespace, err, req.UserInfo.Username))
+			return false, "", &r
+		}
+	}
+	return bound, "not one of the host's namespaces: the egress policy judges the write", nil
 }

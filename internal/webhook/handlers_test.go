@@ -252,6 +252,7 @@ func TestCiliumHandler(t *testing.T) {
 		cache:      []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want:       verdict{Allowed: true},
+		wantLive:   1, // the FenceConfig, confirmed missing
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:       "a missing FenceConfig never refuses the garbage collector's update (kube-system is never a host)",
@@ -271,9 +272,32 @@ func TestCiliumHandler(t *testing.T) {
 	}, {
 		name:       "a ServiceAccount that is not a bound host is not checked",
 		config:     cfg,
+		live:       []client.Object{cfg},
 		req:        cnpRequest(t, admissionv1.Create, "system:serviceaccount:gitops:argocd", nil, cnp),
 		want:       verdict{Allowed: true},
+		wantLive:   1, // the FenceConfig, confirming it binds no such host
 		wantMetric: webhook.VerdictSkipped,
+	}, {
+		// The controller routes a newly bound host here before its
+		// policies admit it, and this replica's cache may not have the
+		// change yet.
+		name:     "a host bound since the cache last heard is checked once the FenceConfig is read live",
+		config:   tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Obj(),
+		live:     []client.Object{cfg},
+		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		wantLive: 2, // the FenceConfig, then the owner
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
+				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+		wantMetric: webhook.VerdictDenied,
+	}, {
+		name:      "a routed identity the cache does not bind, whose FenceConfig cannot be read live, is refused as unavailable, to be retried",
+		config:    tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Obj(),
+		blockLive: true,
+		req:       cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want: verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable,
+			Message: `cilium-fence: FenceConfig "sandbox-fence" could not be read (context deadline exceeded), so whether system:serviceaccount:sandboxes:sandbox-host is bound in namespace "sandboxes" is unknown and the write is refused for now; retry`},
+		wantMetric: webhook.VerdictError,
 	}, {
 		name:       "with a FenceConfig, a bound host's DELETE is left to the policy, which judges it",
 		config:     cfg,
@@ -336,7 +360,9 @@ func TestCiliumHandler(t *testing.T) {
 			r.Namespace = "other"
 			return r
 		}(),
+		live:       []client.Object{cfg},
 		want:       verdict{Allowed: true},
+		wantLive:   1, // the FenceConfig, confirming the namespace is not the host's
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		// contract §4.7: bound by selector, so checked where the labels
@@ -367,10 +393,10 @@ func TestCiliumHandler(t *testing.T) {
 		name:       "a host bound by selector writing in a namespace its selector does not match is the egress policy's to judge",
 		config:     bySelector,
 		cache:      []client.Object{claim, unselected},
-		live:       []client.Object{unselected},
+		live:       []client.Object{unselected, bySelector},
 		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want:       verdict{Allowed: true},
-		wantLive:   1,
+		wantLive:   3, // the namespace, the FenceConfig, the namespace again
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:      "a namespace whose labels cannot be read is refused as unavailable, to be retried",
@@ -407,7 +433,7 @@ func TestCiliumHandler(t *testing.T) {
 			m := webhook.NewMetrics(reg)
 			cache := fakeReader(t, cacheObjs...)
 			h := &webhook.CiliumHandler{
-				Config:        webhook.ConfigSource{Reader: cache, Name: fencev1alpha1.DefaultConfigName},
+				Config:        webhook.ConfigSource{Reader: cache, Live: liveReader, Name: fencev1alpha1.DefaultConfigName},
 				Owners:        &webhook.CachedOwners{Cache: cache, Live: liveReader, Metrics: m},
 				Namespaces:    &webhook.CachedNamespaces{Cache: cache, Live: liveReader},
 				LookupTimeout: 100 * time.Millisecond,
