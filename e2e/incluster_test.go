@@ -665,16 +665,18 @@ func TestCertControllerRotatesTheServingCertificateEndToEnd(t *testing.T) {
 	t.Logf("rotation observed end to end in %s: new CA in the Secret, in every webhook's caBundle, and served by every pod", time.Since(start).Round(100*time.Millisecond))
 }
 
-// certSecret is the Secret the webhook pods mount their serving certificate
-// from (cert-controller writes it).
+// certSecret is the Secret cert-controller keeps the serving certificate
+// in, which the webhook writes into its --cert-dir (--cert-secret-name).
 func certSecret(t *testing.T) string {
 	t.Helper()
-	for _, v := range webhookDeployment(t).Spec.Template.Spec.Volumes {
-		if v.Secret != nil {
-			return v.Secret.SecretName
+	for _, c := range webhookDeployment(t).Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			if name, ok := strings.CutPrefix(a, "--cert-secret-name="); ok {
+				return name
+			}
 		}
 	}
-	t.Fatal("the webhook Deployment mounts no Secret volume: where does cert-controller put the certificate?")
+	t.Fatal("the webhook Deployment passes no --cert-secret-name: where does cert-controller put the certificate?")
 	return ""
 }
 
