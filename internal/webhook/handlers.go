@@ -113,40 +113,60 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
 	defer cancel()
 	cfg, err := h.Config.get(lctx)
-	if err != nil && !apierrors.IsNotFound(err) {
-		log.Info("refusing for now: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
-		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
-		return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
-			"FenceConfig %q could not be read (%v), so the write was not checked and is refused for now", h.Config.Name, err))
-	}
-	bound, skip, resp := h.binds(lctx, cfg, req)
-	if resp == nil && !bound && h.Config.Live != nil {
+	if (err == nil || apierrors.IsNotFound(err)) && h.Config.Live != nil && !mayBind(cfg, req.UserInfo.Username, req.Namespace) {
 		// The webhook configuration routed this identity here, so it may
 		// be bound by a change this replica's cache has not heard of yet:
 		// the controller renders a change into the routing first and into
 		// the policies after, and the policies then admit the host's write
-		// unless this check runs. Before skipping it, the FenceConfig is
+		// unless this check runs. Before it is skipped, the FenceConfig is
 		// read live; a routed identity that is no host is rare (the
-		// shipped placeholder, a host bound by selector writing elsewhere).
+		// shipped placeholder, a host writing outside its namespaces).
 		cfg, err = h.Config.getLive(lctx)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
+		if err != nil && !apierrors.IsNotFound(err) {
 			log.Info("refusing for now: FenceConfig unread live", "config", h.Config.Name, "err", err.Error())
 			h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
 			return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
 				"FenceConfig %q could not be read (%v), so whether %s is bound in namespace %q is unknown and the write is refused for now",
 				h.Config.Name, err, req.UserInfo.Username, req.Namespace))
-		default:
-			bound, skip, resp = h.binds(lctx, cfg, req)
 		}
 	}
-	if resp != nil {
-		return *resp
+	switch {
+	case apierrors.IsNotFound(err):
+		// The controller routes nobody here while the FenceConfig is
+		// missing, and the egress policy refuses every ServiceAccount's
+		// writes in opted-in namespaces meanwhile, so the write is not
+		// let through unfenced.
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
+		return admission.Allowed(admit.CiliumFamily.Message("no FenceConfig: the egress policy refuses the write in opted-in namespaces"))
+	case err != nil:
+		log.Info("refusing for now: FenceConfig unreadable", "config", h.Config.Name, "err", err.Error())
+		h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
+		return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
+			"FenceConfig %q could not be read (%v), so the write was not checked and is refused for now", h.Config.Name, err))
+	}
+	host := cfg.Spec.HostFor(req.UserInfo.Username)
+	if host == nil {
+		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
+		return admission.Allowed(admit.CiliumFamily.Message("not a bound host"))
+	}
+	bound := slices.Contains(host.Namespaces, req.Namespace)
+	if !bound && host.NamespaceSelector != nil {
+		if h.Namespaces == nil {
+			err = errors.New("the webhook reads no namespaces")
+		} else {
+			bound, err = h.Namespaces.Selects(lctx, host.NamespaceSelector, req.Namespace)
+		}
+		if err != nil {
+			log.Info("refusing for now: namespace unread", "namespace", req.Namespace, "err", err.Error())
+			h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
+			return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
+				"namespace %q could not be read (%v), so whether %s's namespaceSelector binds it is unknown and the write is refused for now",
+				req.Namespace, err, req.UserInfo.Username))
+		}
 	}
 	if !bound {
 		h.Metrics.decision(RuleCiliumOwner, VerdictSkipped, req.Namespace)
-		return admission.Allowed(admit.CiliumFamily.Message(skip))
+		return admission.Allowed(admit.CiliumFamily.Message("not one of the host's namespaces: the egress policy judges the write"))
 	}
 	obj, err := decodeOwnerReferences(req.Object.Raw)
 	if err != nil {
@@ -304,39 +324,13 @@ func unavailable(family admit.Family, gk schema.GroupKind, name, why string) adm
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
 }
 
-// binds tells whether cfg binds the request's user in the request's
-// namespace; when not, skip says why the webhook skips the write. A
-// response is returned when that cannot be told (a namespace unread).
-func (h *CiliumHandler) binds(ctx context.Context, cfg *fencev1alpha1.FenceConfig, req admission.Request) (bound bool, skip string, resp *admission.Response) {
+// mayBind tells whether cfg, as cached, binds user in namespace by its list,
+// or may by its namespaceSelector (which CachedNamespaces confirms live).
+// Only a routed write it does not bind is confirmed with a live read.
+func mayBind(cfg *fencev1alpha1.FenceConfig, user, namespace string) bool {
 	if cfg == nil {
-		// The controller routes nobody here while the FenceConfig is
-		// missing, and the egress policy refuses every ServiceAccount's
-		// writes in opted-in namespaces meanwhile, so the write is not
-		// let through unfenced.
-		return false, "no FenceConfig: the egress policy refuses the write in opted-in namespaces", nil
+		return false
 	}
-	host := cfg.Spec.HostFor(req.UserInfo.Username)
-	if host == nil {
-		return false, "not a bound host", nil
-	}
-	if slices.Contains(host.Namespaces, req.Namespace) {
-		return true, "", nil
-	}
-	if host.NamespaceSelector != nil {
-		var err error
-		if h.Namespaces == nil {
-			err = errors.New("the webhook reads no namespaces")
-		} else {
-			bound, err = h.Namespaces.Selects(ctx, host.NamespaceSelector, req.Namespace)
-		}
-		if err != nil {
-			logf.FromContext(ctx).Info("refusing for now: namespace unread", "rule", RuleCiliumOwner, "namespace", req.Namespace, "err", err.Error())
-			h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
-			r := unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
-				"namespace %q could not be read (%v), so whether %s's namespaceSelector binds it is unknown and the write is refused for now",
-				req.Namespace, err, req.UserInfo.Username))
-			return false, "", &r
-		}
-	}
-	return bound, "not one of the host's namespaces: the egress policy judges the write", nil
+	host := cfg.Spec.HostFor(user)
+	return host != nil && (host.NamespaceSelector != nil || slices.Contains(host.Namespaces, namespace))
 }
