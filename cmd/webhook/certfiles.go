@@ -62,10 +62,10 @@ func (c *certFiles) Start(ctx context.Context) error {
 func (c *certFiles) NeedLeaderElection() bool { return false }
 
 // write puts each key of data that differs from its file in place by a
-// rename, so a reader never sees half a file. The key goes first: a
-// certificate is never on disk beside an older key for longer than the
-// second rename. An empty Secret (as shipped, before the rotator fills it)
-// writes nothing.
+// rename, so a reader never sees half a file. Between the two renames the
+// files hold a pair that does not match, which certwatcher refuses, so it
+// serves the previous pair until the second. An empty Secret (as shipped,
+// before the rotator fills it) writes nothing.
 func (c *certFiles) write(data map[string][]byte) error {
 	for _, k := range certFileKeys {
 		if len(data[k]) == 0 {

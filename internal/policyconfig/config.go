@@ -99,9 +99,8 @@ var ShippedExpression = Config{State: Unrendered}.Expression()
 // webhook skips whoever the FenceConfig does not bind. A generated name is
 // never a per-sandbox name (it carries a suffix), so a request without a
 // name is no host's either.
-const ShippedMatchCondition = "request.name.startsWith('" + fence.PolicyNamePrefix + "') && " +
-	"request.userInfo.username.startsWith('" + fencev1alpha1.ServiceAccountPrefix + "') && " +
-	"!request.userInfo.username.startsWith('" + fencev1alpha1.ServiceAccountPrefix + "kube-system:')"
+var ShippedMatchCondition = "request.name.startsWith('" + fence.PolicyNamePrefix + "') && " +
+	fencev1alpha1.VerifiableHostCEL("request.userInfo.username")
 
 // RoutesNobody is the condition the controller renders while no host is
 // bound (no hosts, a missing or an invalid FenceConfig): the egress policy

@@ -39,36 +39,51 @@ const DefaultLookupTimeout = 3 * time.Second
 
 var cnpGK = fence.CiliumNetworkPolicyGVK.GroupKind()
 
-// ConfigSource reads the FenceConfig the rules are driven by.
+// ConfigSource reads the FenceConfig the rules are driven by. Like
+// CachedOwners and CachedNamespaces, the cache answers only what it cannot
+// get wrong: a FenceConfig that binds the request's user there. The
+// webhook configuration routed the request here, and the controller renders
+// a change into the routing before the policies, which then admit a newly
+// bound host's write unless this check runs; so a cached FenceConfig that
+// does not bind the user is confirmed live before the write is skipped. A
+// routed identity that is no host is rare (the shipped placeholder).
 type ConfigSource struct {
 	// Reader is the manager's cache.
 	Reader client.Reader
-	// Live reads the FenceConfig from the API server, to confirm that an
-	// identity routed here is no host before the write is skipped (nil:
-	// the cache is trusted).
+	// Live reads straight from the API server (nil: the cache is trusted).
 	Live client.Reader
 	// Name is the FenceConfig's name (--config-name).
 	Name string
 }
 
-// get returns the cache's own copy of the FenceConfig, decoded once per
-// change by the informer, not a deep copy per request (up to 512 namespaces
-// at the schema's limits): the handler only reads it, and must never write
-// to it.
-func (c ConfigSource) get(ctx context.Context) (*fencev1alpha1.FenceConfig, error) {
+// get returns the FenceConfig for a write of user in namespace: the cache's
+// own copy, decoded once per change by the informer rather than deep-copied
+// per request (the handler only reads it, and must never write to it), or
+// the live one when the cached copy does not bind user there.
+func (c ConfigSource) get(ctx context.Context, user, namespace string) (*fencev1alpha1.FenceConfig, error) {
+	cfg, err := c.read(ctx, c.Reader, client.UnsafeDisableDeepCopy)
+	if (err == nil || apierrors.IsNotFound(err)) && c.Live != nil && !mayBind(cfg, user, namespace) {
+		return c.read(ctx, c.Live)
+	}
+	return cfg, err
+}
+
+func (c ConfigSource) read(ctx context.Context, r client.Reader, opts ...client.GetOption) (*fencev1alpha1.FenceConfig, error) {
 	cfg := &fencev1alpha1.FenceConfig{}
-	if err := c.Reader.Get(ctx, types.NamespacedName{Name: c.Name}, cfg, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Get(ctx, types.NamespacedName{Name: c.Name}, cfg, opts...); err != nil {
 		return nil, err
 	}
 	return cfg, nil
 }
 
-func (c ConfigSource) getLive(ctx context.Context) (*fencev1alpha1.FenceConfig, error) {
-	cfg := &fencev1alpha1.FenceConfig{}
-	if err := c.Live.Get(ctx, types.NamespacedName{Name: c.Name}, cfg); err != nil {
-		return nil, err
+// mayBind tells whether cfg binds user in namespace by its list, or may by
+// its namespaceSelector (which CachedNamespaces confirms live).
+func mayBind(cfg *fencev1alpha1.FenceConfig, user, namespace string) bool {
+	if cfg == nil {
+		return false
 	}
-	return cfg, nil
+	host := cfg.Spec.HostFor(user)
+	return host != nil && (host.NamespaceSelector != nil || slices.Contains(host.Namespaces, namespace))
 }
 
 // CiliumHandler verifies the owner of a bound host's per-sandbox
@@ -112,24 +127,7 @@ func (h *CiliumHandler) Handle(ctx context.Context, req admission.Request) admis
 	// timeout: the webhook answers first, with a message.
 	lctx, cancel := context.WithTimeout(ctx, orDefault(h.LookupTimeout))
 	defer cancel()
-	cfg, err := h.Config.get(lctx)
-	if (err == nil || apierrors.IsNotFound(err)) && h.Config.Live != nil && !mayBind(cfg, req.UserInfo.Username, req.Namespace) {
-		// The webhook configuration routed this identity here, so it may
-		// be bound by a change this replica's cache has not heard of yet:
-		// the controller renders a change into the routing first and into
-		// the policies after, and the policies then admit the host's write
-		// unless this check runs. Before it is skipped, the FenceConfig is
-		// read live; a routed identity that is no host is rare (the
-		// shipped placeholder, a host writing outside its namespaces).
-		cfg, err = h.Config.getLive(lctx)
-		if err != nil && !apierrors.IsNotFound(err) {
-			log.Info("refusing for now: FenceConfig unread live", "config", h.Config.Name, "err", err.Error())
-			h.Metrics.decision(RuleCiliumOwner, VerdictError, req.Namespace)
-			return unavailable(admit.CiliumFamily, cnpGK, req.Name, fmt.Sprintf(
-				"FenceConfig %q could not be read (%v), so whether %s is bound in namespace %q is unknown and the write is refused for now",
-				h.Config.Name, err, req.UserInfo.Username, req.Namespace))
-		}
-	}
+	cfg, err := h.Config.get(lctx, req.UserInfo.Username, req.Namespace)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The controller routes nobody here while the FenceConfig is
@@ -322,15 +320,4 @@ func unavailable(family admit.Family, gk schema.GroupKind, name, why string) adm
 		Details: &metav1.StatusDetails{Group: gk.Group, Kind: gk.Kind, Name: name, RetryAfterSeconds: RetryAfterSeconds},
 	}
 	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &st}}
-}
-
-// mayBind tells whether cfg, as cached, binds user in namespace by its list,
-// or may by its namespaceSelector (which CachedNamespaces confirms live).
-// Only a routed write it does not bind is confirmed with a live read.
-func mayBind(cfg *fencev1alpha1.FenceConfig, user, namespace string) bool {
-	if cfg == nil {
-		return false
-	}
-	host := cfg.Spec.HostFor(user)
-	return host != nil && (host.NamespaceSelector != nil || slices.Contains(host.Namespaces, namespace))
 }

@@ -296,7 +296,7 @@ func TestCiliumHandler(t *testing.T) {
 		blockLive: true,
 		req:       cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want: verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable,
-			Message: `cilium-fence: FenceConfig "sandbox-fence" could not be read (context deadline exceeded), so whether system:serviceaccount:sandboxes:sandbox-host is bound in namespace "sandboxes" is unknown and the write is refused for now; retry`},
+			Message: `cilium-fence: FenceConfig "sandbox-fence" could not be read (context deadline exceeded), so the write was not checked and is refused for now; retry`},
 		wantMetric: webhook.VerdictError,
 	}, {
 		name:       "with a FenceConfig, a bound host's DELETE is left to the policy, which judges it",

@@ -52,6 +52,9 @@ type Reconciler struct {
 // DefaultPolicyRefresh outlasts the API server's refresh of its policies: it
 // takes up a webhook configuration at once, but a changed policy only at its
 // next refresh, once a second (k8s.io/apiserver's generic policy source).
+// A wait, not a poll: the only sign of the refresh is a bound host's write
+// being refused, which the controller could see only by impersonating a
+// host.
 const DefaultPolicyRefresh = 1500 * time.Millisecond
 
 // SetupWithManager adds the controller to mgr. Every event, of the
