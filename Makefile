@@ -328,6 +328,13 @@ helm: ## Build Helm's CLI from the Go module proxy (the version hack/chart/go.mo
 e2e-kind: tools image helm testreport upstream-crds ## kind cluster from kind.yaml (3 nodes), config/default deployed, the suite with the in-cluster cases; starts its own engine when none answers (docs/e2e.md).
 	E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) E2E_TIMEOUT=$(KIND_E2E_TIMEOUT) hack/kind/e2e.sh
 
+# .ci/run starts it in the background after make lint verify (so make tools
+# has built the pinned control plane) and waits for it before e2e-oldest.
+.PHONY: ahead
+ahead: ## Build ahead what make e2e-oldest and make e2e-kind need: the oldest supported control plane and the kind node image (both cached in bin/).
+	$(MAKE) tools KUBERNETES_VERSION=$(KUBERNETES_OLDEST)
+	$(MAKE) kind-node-image
+
 .PHONY: kind-node-image
 kind-node-image: tools ## The offline kind node image for the pinned Kubernetes, from Debian packages and Go modules into bin/ (cached).
 	hack/kind/e2e.sh node-image

@@ -14,11 +14,13 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -215,13 +217,19 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 
 	// Two releases, v0.1.1's holder-epoch policy refusing one write more.
 	dir := t.TempDir()
-	var rels []*framework.Release
-	for _, v := range []string{"v0.1.0", "v0.1.1"} {
-		r, err := framework.BuildRelease(ctx, root, v, releaseRegistry+"/"+releaseRepo, filepath.Join(dir, v), t.Logf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rels = append(rels, r)
+	// Built side by side: most of a build is linking, which takes one core.
+	versions := []string{"v0.1.0", "v0.1.1"}
+	rels := make([]*framework.Release, len(versions))
+	errs := make([]error, len(versions))
+	var wg sync.WaitGroup
+	for i, v := range versions {
+		wg.Go(func() {
+			rels[i], errs[i] = framework.BuildRelease(ctx, root, v, releaseRegistry+"/"+releaseRepo, filepath.Join(dir, v), t.Logf)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	v1, v2 := rels[0], rels[1]
 	if v1.Image == v2.Image {
