@@ -34,7 +34,7 @@ type narrowed struct {
 //
 // The controller that renders the FenceConfig patches the webhook
 // configuration's bound-hosts condition and the config variable of the
-// three policies that read configuration, by name too; patching any other
+// four policies that read configuration, by name too; patching any other
 // policy would let the webhook's identity switch a policy off.
 var narrowedResources = []narrowed{
 	{group: "", resource: "secrets", names: []string{"sandbox-fence-webhook-cert"},
@@ -42,7 +42,7 @@ var narrowedResources = []narrowed{
 	{group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", names: []string{"sandbox-fence-webhook"},
 		byName: []string{"get", "update", "patch"}, unnamed: []string{"list", "watch"}, rendered: []string{"get", "patch", "list", "watch"}},
 	{group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicies",
-		names:  []string{"sandbox-fence-cilium-egress", "sandbox-fence-holder-epoch-repair", "sandbox-fence-strict-delete"},
+		names:  []string{"sandbox-fence-cilium-egress", "sandbox-fence-cilium-owner", "sandbox-fence-holder-epoch-repair", "sandbox-fence-strict-delete"},
 		byName: []string{"patch"}, unnamed: []string{"list", "watch"}, rendered: []string{"patch", "list", "watch"}},
 }
 
@@ -171,7 +171,7 @@ func TestRBACFindingsCatchWidenedRules(t *testing.T) {
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"}, ResourceNames: []string{"sandbox-fence-webhook"}, Verbs: []string{"get", "update", "patch"}},
 	}}
-	policies := []string{"sandbox-fence-cilium-egress", "sandbox-fence-holder-epoch-repair", "sandbox-fence-strict-delete"}
+	policies := []string{"sandbox-fence-cilium-egress", "sandbox-fence-cilium-owner", "sandbox-fence-holder-epoch-repair", "sandbox-fence-strict-delete"}
 	renderRole := role{"ClusterRole", "", "sandbox-fence-webhook-render", []rbacv1.PolicyRule{
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies"}, ResourceNames: policies, Verbs: []string{"patch"}},

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -71,12 +72,13 @@ func TestEveryHostDeleteLeavesThePerSandboxPolicyOwnedOrGone(t *testing.T) {
 	}
 }
 
-// The other way to orphan: put the orphan finalizer on the owner first, so
-// that any later DELETE without options (the host's own, or a controller's
-// at shutdownTime) orphans its dependents. A host cannot add it, by any
-// patch or on create; and a DELETE of an owner that already carries it
-// (from before the fence) must say how to delete it without orphaning.
-func TestHostCannotPutTheOrphanFinalizerOnAnOwner(t *testing.T) {
+// Two ways to detach an owner from its policy after the webhook admitted
+// it. The orphan finalizer: any later DELETE without options (the host's
+// own, or a controller's at shutdownTime) would orphan the policy; a host
+// cannot add it, by any patch or on create (contract §4.5). The per-sandbox
+// pod label: changed, the policy would select other pods; a host cannot
+// change or remove it once set (contract §4.9).
+func TestHostCannotDetachAnOwnerFromItsPolicy(t *testing.T) {
 	ns := env.HostNamespace
 	for _, kind := range []string{fence.OwnerKindSandboxClaim, fence.OwnerKindSandbox} {
 		t.Run(kind+": a merge patch adding the finalizer is refused", func(t *testing.T) {
@@ -87,10 +89,15 @@ func TestHostCannotPutTheOrphanFinalizerOnAnOwner(t *testing.T) {
 				env.Host.Dynamic.Resource(ownerGVR(kind)).Namespace(ns).Delete(testContext(t), owner.GetName(), metav1.DeleteOptions{}))
 			expectCollected(t, policy)
 		})
-		t.Run(kind+": a JSON patch adding the finalizer is refused", func(t *testing.T) {
+		t.Run(kind+": a JSON patch changing the per-sandbox pod label is refused", func(t *testing.T) {
 			owner, policy := ownedPolicy(t, kind)
-			err := patch(t, env.Host, ownerGVR(kind), ns, owner.GetName(), types.JSONPatchType, []byte(`[{"op":"add","path":"/metadata/finalizers","value":["orphan"]}]`))
-			framework.ExpectDenied(t, "JSON patch adding orphan", err, framework.PolicyCiliumOwner, "cilium-fence:", "metadata.finalizers")
+			path := "/spec/additionalPodMetadata/labels/"
+			if kind == fence.OwnerKindSandbox {
+				path = "/spec/podTemplate/metadata/labels/"
+			}
+			path += strings.ReplaceAll(fence.DefaultPerSandboxLabelKey, "/", "~1")
+			err := patch(t, env.Host, ownerGVR(kind), ns, owner.GetName(), types.JSONPatchType, []byte(`[{"op":"replace","path":"`+path+`","value":"another"}]`))
+			framework.ExpectDenied(t, "JSON patch relabelling", err, framework.PolicyCiliumOwner, "cilium-fence:", "per-sandbox pod label", "once it is set")
 			expectOwned(t, policy, owner)
 		})
 		t.Run(kind+": a create carrying the finalizer is refused", func(t *testing.T) {

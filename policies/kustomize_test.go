@@ -117,6 +117,7 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 		},
 		Configs: map[string]string{
 			"sandbox-fence-cilium-egress":       "sandbox-fence",
+			"sandbox-fence-cilium-owner":        "sandbox-fence",
 			"sandbox-fence-holder-epoch-repair": "sandbox-fence",
 			"sandbox-fence-strict-delete":       "sandbox-fence",
 		},
@@ -170,6 +171,7 @@ func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 		},
 		Configs: map[string]string{
 			"acme-sandbox-fence-cilium-egress":       "acme-sandbox-fence",
+			"acme-sandbox-fence-cilium-owner":        "acme-sandbox-fence",
 			"acme-sandbox-fence-holder-epoch-repair": "acme-sandbox-fence",
 			"acme-sandbox-fence-strict-delete":       "acme-sandbox-fence",
 		},
@@ -203,6 +205,7 @@ func TestKustomizePatchRenamesReferences(t *testing.T) {
 		},
 		Configs: map[string]string{
 			"egress-fence":                      "fence-config",
+			"sandbox-fence-cilium-owner":        "fence-config",
 			"sandbox-fence-holder-epoch-repair": "fence-config",
 			"sandbox-fence-strict-delete":       "fence-config",
 		},
