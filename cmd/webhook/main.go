@@ -212,8 +212,9 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		return closeWhenDraining(&admission.Webhook{Handler: &webhook.Enforce{Handler: h, Mode: mode, Recorder: recorder, APIVersion: apiVersion, Kind: kind}}, draining)
 	}
 	srv.Register(webhook.CiliumEgressPath, enforce(&webhook.CiliumHandler{
-		Config:        cfg,
-		Owners:        &webhook.CachedOwners{Cache: mgr.GetCache(), Live: live, DropConnections: dropLive, Metrics: m},
+		Config: cfg,
+		Owners: &webhook.CachedOwners{Cache: mgr.GetCache(), Live: live, DropConnections: dropLive, Metrics: m,
+			CacheFirst: o.ownerCacheFirst, CacheWait: o.ownerCacheWait},
 		Namespaces:    &webhook.CachedNamespaces{Cache: mgr.GetCache(), Live: live},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,

@@ -66,6 +66,10 @@ func TestFlags(t *testing.T) {
 		args:    []string{"--lookup-timeout=0s"},
 		wantErr: "--lookup-timeout 0s: must be positive",
 	}, {
+		name:    "an owner cache wait that leaves the live read no time is refused",
+		args:    []string{"--owner-cache-wait=3s"},
+		wantErr: "--owner-cache-wait 3s: must be at least 0 and below --lookup-timeout (3s), which the live read after it needs",
+	}, {
 		name:    "rotation without a namespace is refused",
 		args:    []string{"--cert-rotation=true", "--namespace=", "--leader-elect=false"},
 		wantErr: "--cert-rotation needs --namespace, --cert-secret-name and --service-name",

@@ -70,7 +70,7 @@ func ValidateCiliumOwner(ctx context.Context, cfg *fencev1alpha1.FenceConfigSpec
 	}
 
 	ns := obj.GetNamespace()
-	live, err := owners.GetOwner(ctx, kind, ns, ref.Name, ref.UID)
+	live, err := owners.GetOwner(ctx, kind, ns, ref.Name, Expected{UID: ref.UID, LabelKey: cfg.PerSandboxLabelKey, LabelValue: ref.Name})
 	if err != nil {
 		return field.ErrorList{lookupError(namePath, kind, ns, ref.Name, err)}, nil
 	}

@@ -59,15 +59,25 @@ func (k OwnerKind) PodLabels(obj *unstructured.Unstructured) map[string]string {
 	return m
 }
 
+// Expected is what ValidateCiliumOwner admits an owner for: its uid and the
+// per-sandbox pod label it must carry. A lookup that answers from a cache
+// uses it to tell a copy that settles the verdict from one it must confirm
+// live.
+type Expected struct {
+	UID types.UID
+	// LabelKey=LabelValue is the pod label; an empty LabelKey expects none.
+	LabelKey, LabelValue string
+}
+
 // OwnerLookup reads owners from the cluster. Implementations return an error
 // for which apierrors.IsNotFound is true when the object does not exist, and
 // an error wrapping context.DeadlineExceeded when ctx expired first.
 type OwnerLookup interface {
 	// GetOwner returns the live object of kind k named name in namespace.
-	// uid is the uid the caller expects: a cached answer that disagrees
-	// with it (or a cache miss) must be confirmed with a live read, so that
+	// want is what the caller expects: a cached answer that disagrees with
+	// it (or a cache miss) must be confirmed with a live read, so that
 	// informer lag never refuses an owner created or recreated a moment ago.
-	GetOwner(ctx context.Context, k OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error)
+	GetOwner(ctx context.Context, k OwnerKind, namespace, name string, want Expected) (*unstructured.Unstructured, error)
 	// OwnersLabelled returns the objects of kind k in namespace whose pods
 	// carry the label key=value (the uniqueness check's question). The
 	// webhook answers it from an index of its cache, so its cost follows

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -472,7 +471,7 @@ func newListedOwners(claims, sandboxes []unstructured.Unstructured) *listedOwner
 	return l
 }
 
-func (l *listedOwners) GetOwner(_ context.Context, k admit.OwnerKind, ns, name string, _ types.UID) (*unstructured.Unstructured, error) {
+func (l *listedOwners) GetOwner(_ context.Context, k admit.OwnerKind, ns, name string, _ admit.Expected) (*unstructured.Unstructured, error) {
 	if o, ok := l.byKey[k.GVK.Kind+"/"+ns+"/"+name]; ok {
 		return o, nil
 	}

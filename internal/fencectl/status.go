@@ -8,7 +8,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
@@ -146,7 +145,7 @@ func Status(ctx context.Context, c Clients, o Options, namespace, name string) (
 // on a cache miss.
 type liveOwners struct{ c Clients }
 
-func (l liveOwners) GetOwner(ctx context.Context, k admit.OwnerKind, ns, name string, _ types.UID) (*unstructured.Unstructured, error) {
+func (l liveOwners) GetOwner(ctx context.Context, k admit.OwnerKind, ns, name string, _ admit.Expected) (*unstructured.Unstructured, error) {
 	return l.c.Dynamic.Resource(k.GVK.GroupVersion().WithResource(resourceOf(k))).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 }
 

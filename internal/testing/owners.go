@@ -5,7 +5,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/admit"
 )
@@ -25,7 +24,7 @@ func NewFakeOwners(objs ...*unstructured.Unstructured) *FakeOwners {
 // GetOwner implements admit.OwnerLookup; it matches by kind, namespace and
 // name only, as a real lookup would, so a kind mismatch in a stored object
 // reaches the validator.
-func (f *FakeOwners) GetOwner(_ context.Context, k admit.OwnerKind, namespace, name string, _ types.UID) (*unstructured.Unstructured, error) {
+func (f *FakeOwners) GetOwner(_ context.Context, k admit.OwnerKind, namespace, name string, _ admit.Expected) (*unstructured.Unstructured, error) {
 	if f.GetErr != nil {
 		return nil, f.GetErr
 	}

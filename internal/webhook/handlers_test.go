@@ -153,15 +153,19 @@ func TestCiliumHandler(t *testing.T) {
 	const denied = "cilium-fence: denied by the sandbox-fence webhook: "
 
 	cases := []struct {
-		name       string
-		config     *fencev1alpha1.FenceConfig
-		cache      []client.Object
-		live       []client.Object
-		blockLive  bool
-		req        admission.Request
-		want       verdict
-		wantLive   int
-		wantMetric string
+		name      string
+		config    *fencev1alpha1.FenceConfig
+		cache     []client.Object
+		live      []client.Object
+		blockLive bool
+		// cacheFirst turns on CachedOwners.CacheFirst; the owner cache
+		// answers not found cacheMisses times first.
+		cacheFirst  bool
+		cacheMisses int
+		req         admission.Request
+		want        verdict
+		wantLive    int
+		wantMetric  string
 	}{{
 		name:       "the host's policy whose claim is in the cache and live is admitted after a live read",
 		config:     cfg,
@@ -223,6 +227,41 @@ func TestCiliumHandler(t *testing.T) {
 		cache:      []client.Object{tst.MakeClaim("a").UID("uid-old").Obj()},
 		live:       []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Update, tst.HostUser, cnp, cnp),
+		want:       verdict{Allowed: true},
+		wantLive:   1,
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:       "with cache-first, a cached owner with the uid and the pod label admits without a live read",
+		config:     cfg,
+		cache:      []client.Object{claim},
+		cacheFirst: true,
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:       "with cache-first, an owner the informer sees within the wait admits without a live read",
+		config:     cfg,
+		cache:      []client.Object{claim},
+		cacheFirst: true, cacheMisses: 2,
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Allowed: true},
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:       "with cache-first, a cached copy without the pod label (set since) is confirmed by a live read",
+		config:     cfg,
+		cache:      []client.Object{tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj()},
+		live:       []client.Object{claim},
+		cacheFirst: true,
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		want:       verdict{Allowed: true},
+		wantLive:   1,
+		wantMetric: webhook.VerdictAllowed,
+	}, {
+		name:       "with cache-first, a claim the informer does not see within the wait is found by a live read",
+		config:     cfg,
+		live:       []client.Object{claim},
+		cacheFirst: true,
+		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
 		want:       verdict{Allowed: true},
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
@@ -433,8 +472,9 @@ func TestCiliumHandler(t *testing.T) {
 			m := webhook.NewMetrics(reg)
 			cache := fakeReader(t, cacheObjs...)
 			h := &webhook.CiliumHandler{
-				Config:        webhook.ConfigSource{Reader: cache, Live: liveReader, Name: fencev1alpha1.DefaultConfigName},
-				Owners:        &webhook.CachedOwners{Cache: cache, Live: liveReader, Metrics: m},
+				Config: webhook.ConfigSource{Reader: cache, Live: liveReader, Name: fencev1alpha1.DefaultConfigName},
+				Owners: &webhook.CachedOwners{Live: liveReader, Metrics: m, CacheFirst: tc.cacheFirst,
+					Cache: &failingReader{Reader: cache, err: notCached, failures: tc.cacheMisses}},
 				Namespaces:    &webhook.CachedNamespaces{Cache: cache, Live: liveReader},
 				LookupTimeout: 100 * time.Millisecond,
 				Metrics:       m,

@@ -82,7 +82,7 @@ func TestALiveOwnerReadThatHangsIsRetriedOnANewConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	start := time.Now()
-	got, err := owners.GetOwner(ctx, admit.ClaimOwner, claim.GetNamespace(), claim.GetName(), claim.GetUID())
+	got, err := owners.GetOwner(ctx, admit.ClaimOwner, claim.GetNamespace(), claim.GetName(), admit.Expected{UID: claim.GetUID()})
 	if err != nil {
 		t.Fatalf("after %v: %v (the API server saw %d connection(s))", time.Since(start), err, api.connections())
 	}

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +36,28 @@ type CachedOwners struct {
 	AttemptTimeout time.Duration
 	// Metrics may be nil.
 	Metrics *Metrics
+	// CacheFirst lets the cache admit too (--owner-cache-first): a copy
+	// with the expected uid and pod label and no deletionTimestamp is
+	// taken as it is. Each of those facts is fixed or one-way once the
+	// owner is seen: a uid never changes, a deletion never reverses, and a
+	// bound host cannot change or remove the pod label (contract §4.9). So
+	// the copy can only be behind by a deletion, whose policy the garbage
+	// collector then deletes with the owner (docs/contract.md §4.4 states
+	// that window). A miss, or a copy that does not vouch, waits up to
+	// CacheWait for the informer before the live read.
+	CacheFirst bool
+	// CacheWait bounds that wait; 0 means DefaultCacheWait.
+	CacheWait time.Duration
 }
+
+// DefaultCacheWait is how long a CacheFirst lookup waits for the informer
+// to see an owner before it reads it live. A host creates the owner and its
+// policy back to back, so the policy usually arrives a few milliseconds
+// before the owner's watch event.
+const DefaultCacheWait = 50 * time.Millisecond
+
+// cachePoll is how often a waiting CacheFirst lookup reads the cache again.
+const cachePoll = 5 * time.Millisecond
 
 var _ admit.OwnerLookup = (*CachedOwners)(nil)
 
@@ -45,27 +67,22 @@ func newOwnerObject(k admit.OwnerKind) *unstructured.Unstructured {
 	return u
 }
 
-// GetOwner implements admit.OwnerLookup. The cache answers only what it
-// cannot get wrong: an owner with this uid that is already being deleted (a
-// deletion never reverses), which the rule refuses. Anything the rule would
-// admit is read live: the cache lags the API server, and an owner whose
-// deletion began, or whose pod label went away, a moment ago must not be
-// trusted from a stale copy. A miss, a cache error
-// or another uid (an owner recreated under the same name) is read live too.
-func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, uid types.UID) (*unstructured.Unstructured, error) {
+// GetOwner implements admit.OwnerLookup. By default the cache answers only
+// what it cannot get wrong: an owner with this uid that is already being
+// deleted (a deletion never reverses), which the rule refuses. Anything the
+// rule would admit is read live: the cache lags the API server, and an
+// owner whose deletion began a moment ago must not be trusted from a stale
+// copy. With CacheFirst a copy that vouches for the owner admits as well. A
+// miss, a cache error or another uid (an owner recreated under the same
+// name) is read live.
+func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, want admit.Expected) (*unstructured.Unstructured, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
-	u := newOwnerObject(k)
-	start := time.Now()
-	err := l.Cache.Get(ctx, key, u)
-	l.Metrics.lookup(k.GVK.Kind, "cache", lookupResult(err), time.Since(start))
-	if err == nil && u.GetUID() == uid && u.GetDeletionTimestamp() != nil {
-		u.SetGroupVersionKind(k.GVK)
+	if u, err := l.fromCache(ctx, k, key, want); err == nil {
 		return u, nil
-	}
-	if ctx.Err() != nil {
+	} else if ctx.Err() != nil {
 		return nil, withCtxErr(ctx, err)
 	}
-	u, err = l.liveGet(ctx, k, key)
+	u, err := l.liveGet(ctx, k, key)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, err
@@ -74,6 +91,53 @@ func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespac
 	}
 	u.SetGroupVersionKind(k.GVK)
 	return u, nil
+}
+
+// fromCache returns the cached copy of key when it settles the verdict: the
+// expected uid and a deletionTimestamp (refused for good), or, with
+// CacheFirst, the expected uid and pod label and no deletionTimestamp. Any
+// other answer is an error (the cache's, or errCannotVouch), and the caller
+// reads live.
+func (l *CachedOwners) fromCache(ctx context.Context, k admit.OwnerKind, key types.NamespacedName, want admit.Expected) (*unstructured.Unstructured, error) {
+	wait := time.Duration(0)
+	if l.CacheFirst {
+		wait = cmp.Or(l.CacheWait, DefaultCacheWait)
+	}
+	start := time.Now()
+	for {
+		u := newOwnerObject(k)
+		err := l.Cache.Get(ctx, key, u)
+		if err == nil && u.GetUID() == want.UID &&
+			(u.GetDeletionTimestamp() != nil || l.CacheFirst && vouches(k, u, want)) {
+			l.Metrics.lookup(k.GVK.Kind, "cache", "found", time.Since(start))
+			u.SetGroupVersionKind(k.GVK)
+			return u, nil
+		}
+		if time.Since(start)+cachePoll > wait || ctx.Err() != nil {
+			l.Metrics.lookup(k.GVK.Kind, "cache", lookupResult(err), time.Since(start))
+			if err == nil {
+				err = errCannotVouch
+			}
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(cachePoll):
+		}
+	}
+}
+
+// errCannotVouch: the cached copy is there but cannot settle the verdict.
+var errCannotVouch = errors.New("the cached owner cannot vouch for the write")
+
+// vouches tells a cached owner that the rule would admit: the expected pod
+// label (an owner without one is read live, as it may have just been set).
+func vouches(k admit.OwnerKind, u *unstructured.Unstructured, want admit.Expected) bool {
+	if want.LabelKey == "" {
+		return false
+	}
+	got, ok := k.PodLabels(u)[want.LabelKey]
+	return ok && got == want.LabelValue
 }
 
 // Live reads that found the API server unreachable are retried after

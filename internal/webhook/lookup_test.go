@@ -92,3 +92,6 @@ func TestLiveOwnerReadRetriesOnlyWhileTheAPIServerIsUnreachable(t *testing.T) {
 		})
 	}
 }
+
+// notCached is an informer cache's answer for an owner it has not seen yet.
+var notCached = apierrors.NewNotFound(schema.GroupResource{Group: "extensions.agents.x-k8s.io", Resource: "sandboxclaims"}, "a")
