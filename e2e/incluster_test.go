@@ -175,14 +175,6 @@ func startLoad(t *testing.T, workersPerProbe int, probes ...probe) *load {
 	return l
 }
 
-func (l *load) total() int64 {
-	var n int64
-	for _, s := range l.stats {
-		n += s.total.Load()
-	}
-	return n
-}
-
 // waitMore waits until every probe had n more answers: the load ran
 // across whatever happened before this call.
 func (l *load) waitMore(t *testing.T, n int64) {

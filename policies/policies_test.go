@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,19 +55,6 @@ func loadBundle(t testing.TB) []*vapeval.PolicyDir {
 		out = append(out, p)
 	}
 	return out
-}
-
-// bundledPolicy is the shipped policy of that name, fresh from disk, so a
-// test may change it.
-func bundledPolicy(t testing.TB, name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
-	t.Helper()
-	for _, p := range loadBundle(t) {
-		if p.Policy.Name == name {
-			return p.Policy
-		}
-	}
-	t.Fatalf("%s not in the bundle", name)
-	return nil
 }
 
 func defaultParams(t testing.TB) *unstructured.Unstructured {

@@ -183,7 +183,6 @@ func (f *fixtures) next(i int) int {
 type cellResult struct {
 	round   int
 	config  string
-	load    string
 	clients int
 	elapsed time.Duration
 	sink    *sink
