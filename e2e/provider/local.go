@@ -40,6 +40,10 @@ type Local struct {
 	// ExtraAPIServerArgs are passed to kube-apiserver (cluster.Options):
 	// the bench turns profiling on with them.
 	ExtraAPIServerArgs []string
+	// ExtraWebhookArgs are appended to the webhook's command line
+	// ($E2E_WEBHOOK_ARGS): the suite runs against an option that is off by
+	// default, e.g. --owner-cache-first.
+	ExtraWebhookArgs []string
 	// Enforcer is "" for the shipped bundle, or a peer engine
 	// (framework.EnvEnforcer) that replaces its bindings and webhook.
 	Enforcer string
@@ -164,7 +168,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 			return err
 		}
 	}
-	p, err := cluster.StartProcess("webhook", bin, []string{
+	p, err := cluster.StartProcess("webhook", bin, append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--cert-dir=" + certDir,
 		"--port=" + strconv.Itoa(ports[0]),
@@ -173,7 +177,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[2]),
 		"--cert-rotation=false",
 		"--config-name=" + fencev1.DefaultConfigName,
-	}, filepath.Join(l.CP.LogDir(), "webhook.log"), l.Detached)
+	}, l.ExtraWebhookArgs...), filepath.Join(l.CP.LogDir(), "webhook.log"), l.Detached)
 	if err != nil {
 		return err
 	}

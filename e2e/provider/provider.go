@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 )
@@ -57,6 +58,7 @@ func FromEnv(logf framework.Logf) (Provider, error) {
 			return nil, err
 		}
 		l.Enforcer = os.Getenv(framework.EnvEnforcer)
+		l.ExtraWebhookArgs = strings.Fields(os.Getenv("E2E_WEBHOOK_ARGS"))
 		return l, nil
 	case "kubeconfig":
 		kc := os.Getenv("KUBECONFIG")
