@@ -31,6 +31,8 @@ type config struct {
 	Webhook bool
 	// Peer is the engine enforcing the fence instead ("" for none).
 	Peer string
+	// CacheFirst runs the webhook with --owner-cache-first.
+	CacheFirst bool
 }
 
 var shippedConfigs = []config{
@@ -42,10 +44,25 @@ var shippedConfigs = []config{
 // ours is the configuration that is sandbox-fence as shipped.
 const ours = "vaps+webhook"
 
+// The optional configurations, each measured against a partner of the same
+// run (pairs): the webhook with --owner-cache-first against the shipped
+// one, and a second no-fence configuration against none, an A/A control
+// whose interval must include 0.
+var (
+	cachedConfig = config{Name: "vaps+webhook-cached", VAPs: true, Webhook: true, CacheFirst: true}
+	aaConfig     = config{Name: "none-aa"}
+)
+
 // configsFor returns the configurations of a run: the shipped ones, the
-// peers last.
-func configsFor(withPeers bool) []config {
+// optional ones, the peers last.
+func configsFor(withPeers, cacheFirst, aa bool) []config {
 	cs := slices.Clone(shippedConfigs)
+	if cacheFirst {
+		cs = append(cs, cachedConfig)
+	}
+	if aa {
+		cs = append(cs, aaConfig)
+	}
 	if withPeers {
 		for _, p := range peers.Names {
 			cs = append(cs, config{Name: p, Peer: p})
@@ -64,6 +81,10 @@ type switcher struct {
 	enabled  map[string]bool
 	probes   []probe
 	logf     framework.Logf
+	// restartWebhook restarts the webhook with one flag changed; cacheFirst
+	// is the running webhook's --owner-cache-first.
+	restartWebhook func(ctx context.Context, flag string) error
+	cacheFirst     bool
 }
 
 // probe is a dry-run write that one enforcer denies. want returns the
@@ -196,6 +217,12 @@ func (s *switcher) install(ctx context.Context, c config) (time.Duration, error)
 		if err != nil {
 			return 0, fmt.Errorf("config %s: binding %s: %w", c.Name, b.Name, err)
 		}
+	}
+	if c.Webhook && c.CacheFirst != s.cacheFirst {
+		if err := s.restartWebhook(ctx, fmt.Sprintf("--owner-cache-first=%t", c.CacheFirst)); err != nil {
+			return 0, fmt.Errorf("config %s: %w", c.Name, err)
+		}
+		s.cacheFirst = c.CacheFirst
 	}
 	var err error
 	if c.Webhook {

@@ -52,6 +52,8 @@ type options struct {
 	waitLoadMax time.Duration
 	// peers adds the kyverno and gatekeeper configurations.
 	peers bool
+	// cacheFirst and aa add the optional configurations (configs.go).
+	cacheFirst, aa bool
 	// profileDir receives CPU profiles of the apiserver (cnp, 1 client).
 	profileDir string
 	profileFor time.Duration
@@ -70,6 +72,8 @@ func main() {
 	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, poll the 1-minute load average until it is below this (0: do not wait)")
 	flag.DurationVar(&o.waitLoadMax, "wait-load-max", 10*time.Minute, "give up waiting for a low load after this long and run anyway (the load is reported)")
 	flag.BoolVar(&o.peers, "peers", false, "also measure Kyverno and Gatekeeper enforcing the same fence (built by hack/peers/build.sh; e2e/peers)")
+	flag.BoolVar(&o.cacheFirst, "cache-first", false, "also measure the webhook with --owner-cache-first, against the shipped webhook, with a 95% interval per cell")
+	flag.BoolVar(&o.aa, "aa", false, "also measure a second no-fence configuration against none (an A/A control: its interval must include 0)")
 	flag.StringVar(&o.profileDir, "apiserver-profile", "", "after the rounds, profile the apiserver's CPU under the cnp workload at 1 client in every configuration, into this directory")
 	flag.DurationVar(&o.profileFor, "profile-for", 10*time.Second, "length of each apiserver profile")
 	flag.Parse()
@@ -153,7 +157,7 @@ func run(ctx context.Context, o options) (err error) {
 	if !env.WebhookInstalled {
 		return errors.New("the local webhook is not installed: the vaps+webhook configuration cannot be measured")
 	}
-	configs := configsFor(o.peers)
+	configs := configsFor(o.peers, o.cacheFirst, o.aa)
 	engines := map[string]*peers.Engine{}
 	if o.peers {
 		for _, n := range peers.Names {
@@ -187,6 +191,13 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	m := newMeter(p.CP.Processes())
+	sw.restartWebhook = func(ctx context.Context, flag string) error {
+		wp, err := p.RestartWebhookWith(ctx, flag)
+		if err == nil {
+			m.pids["webhook"] = wp.Pid
+		}
+		return err
+	}
 	rss := map[string]map[string]float64{} // config -> process -> max MiB
 	wls := workloads(hc, fx)
 	logf("setup done in %s; load %s", time.Since(runStart).Round(100*time.Millisecond), loadavg())
@@ -297,6 +308,7 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		md.WriteString("\n")
 	}
+	md.WriteString(pairedReport(wls, o.concurrency, configs, results, key))
 	fmt.Fprintf(&md, "Configuration switches and load average (1, 5, 15 min) around each block of %d cells:\n\n", len(wls)*len(o.concurrency))
 	md.WriteString("| round | config | switch observed after | load before | load after |\n|---|---|---:|---|---|\n")
 	md.WriteString(strings.Join(loads, "\n") + "\n\n")

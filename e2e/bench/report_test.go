@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 // The verdict names every measure at which ours is not below the best peer,
 // and nothing where it is.
 func TestCompareWithPeersNamesWhereOursIsNotAhead(t *testing.T) {
-	configs := configsFor(true)
+	configs := configsFor(true, false, false)
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	tests := []struct {
 		name  string
@@ -62,7 +63,7 @@ func TestCellCostChargesCPUToAdmittedWrites(t *testing.T) {
 	cell := func(writes int, cpu map[string]time.Duration) *cellResult {
 		s := &sink{}
 		for range writes {
-			s.write(time.Millisecond)
+			s.write(http.MethodPost, time.Millisecond)
 			s.op(time.Millisecond, nil)
 		}
 		return &cellResult{elapsed: time.Second, sink: s, cpu: cpu}
@@ -75,5 +76,22 @@ func TestCellCostChargesCPUToAdmittedWrites(t *testing.T) {
 	want := cost{ops: 100, ratio: 1, p50: time.Millisecond, p99: time.Millisecond, apiserver: 1.5, engine: 1.0, addAPIServer: 0.5, addCPU: 1.5, engineName: "kyverno"}
 	if d := cmp.Diff(want, got, cmp.AllowUnexported(cost{}), cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+// The paired interval resolves a shift every round shows, and not one the
+// rounds disagree on.
+func TestBootstrapIntervalExcludesZeroOnlyForAConsistentShift(t *testing.T) {
+	for _, tc := range []struct {
+		diffs []float64
+		want  bool
+	}{
+		{[]float64{-1.1, -0.9, -1.3, -1.0, -0.8, -1.2, -0.9, -1.1, -1.0, -1.0}, true},
+		{[]float64{-1, 1.2, -0.8, 0.9, -1.1, 1, -0.7, 0.8, -1.2, 1.1}, false},
+	} {
+		lo, hi := bootstrapMean(tc.diffs, 10000)
+		if got := hi < 0 || lo > 0; got != tc.want {
+			t.Errorf("%v: interval [%.2f, %.2f] excludes 0: %v, want %v", tc.diffs, lo, hi, got, tc.want)
+		}
 	}
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +15,12 @@ import (
 // sink collects the latencies of one cell: whole operations (what the host
 // sees) and the write requests inside them (what admission acts on).
 type sink struct {
-	mu       sync.Mutex
-	ops      []time.Duration
-	writes   []time.Duration
+	mu     sync.Mutex
+	ops    []time.Duration
+	writes []time.Duration
+	// creates are the POSTs among writes: the admissions whose owner the
+	// webhook reads (a DELETE reads none).
+	creates  []time.Duration
 	errs     int
 	firstErr error
 }
@@ -33,9 +38,12 @@ func (s *sink) op(d time.Duration, err error) {
 	s.ops = append(s.ops, d)
 }
 
-func (s *sink) write(d time.Duration) {
+func (s *sink) write(method string, d time.Duration) {
 	s.mu.Lock()
 	s.writes = append(s.writes, d)
+	if method == http.MethodPost {
+		s.creates = append(s.creates, d)
+	}
 	s.mu.Unlock()
 }
 
@@ -52,7 +60,7 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := r.next.RoundTrip(req)
 	if req.Method != http.MethodGet {
 		if s := r.current.Load(); s != nil && err == nil {
-			s.write(time.Since(start))
+			s.write(req.Method, time.Since(start))
 		}
 	}
 	return resp, err
@@ -112,4 +120,103 @@ func spread(v []float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f-%.0f", slices.Min(v), slices.Max(v))
+}
+
+// pairs are the comparisons pairedReport makes when both configurations ran.
+var pairs = [][2]string{{cachedConfig.Name, ours}, {aaConfig.Name, "none"}}
+
+// pairedReport compares each pair of configurations cell by cell, round by
+// round: the difference of their admitted-write p50 in the same round (the
+// rounds interleave the configurations, so drift lands on both), and a
+// bootstrap 95% interval of its mean over the rounds. A verdict is given
+// only where the interval excludes 0. The admitted write is the create
+// where the workload has one (the owner read happens there), else every
+// write.
+func pairedReport(wls []workload, conc []int, configs []config, results map[string][]*cellResult, key func(string, string, int) string) string {
+	ran := map[string]bool{}
+	for _, c := range configs {
+		ran[c.Name] = true
+	}
+	var b strings.Builder
+	for _, p := range pairs {
+		if !ran[p[0]] || !ran[p[1]] {
+			continue
+		}
+		fmt.Fprintf(&b, "#### %s against %s, paired by round\n\n", p[0], p[1])
+		b.WriteString("| workload | clients | rounds | mean difference of write p50, ms | 95% interval | verdict |\n|---|---:|---:|---:|---|---|\n")
+		for _, w := range wls {
+			for _, n := range conc {
+				d := pairedDiffs(results[key(p[0], w.Name, n)], results[key(p[1], w.Name, n)])
+				lo, hi := bootstrapMean(d, 10000)
+				verdict := "no difference resolved"
+				switch {
+				case len(d) < 2:
+					verdict = "too few rounds"
+				case hi < 0:
+					verdict = p[0] + " faster"
+				case lo > 0:
+					verdict = p[0] + " slower"
+				}
+				fmt.Fprintf(&b, "| %s | %d | %d | %+.2f | [%+.2f, %+.2f] | %s |\n", w.Name, n, len(d), mean(d), lo, hi, verdict)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// pairedDiffs returns, for each round both a and b measured, a's admitted
+// write p50 minus b's, in milliseconds.
+func pairedDiffs(a, b []*cellResult) []float64 {
+	p50 := func(c *cellResult) float64 {
+		ws := c.sink.creates
+		if len(ws) == 0 {
+			ws = c.sink.writes
+		}
+		ws = slices.Clone(ws)
+		slices.Sort(ws)
+		return float64(percentile(ws, 50)) / float64(time.Millisecond)
+	}
+	byRound := map[int]*cellResult{}
+	for _, c := range b {
+		byRound[c.round] = c
+	}
+	var d []float64
+	for _, c := range a {
+		if o, ok := byRound[c.round]; ok {
+			d = append(d, p50(c)-p50(o))
+		}
+	}
+	return d
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// bootstrapMean is the 2.5th and 97.5th percentile of the mean of v over
+// n resamples with replacement (a fixed seed: the same data, the same
+// interval).
+func bootstrapMean(v []float64, n int) (lo, hi float64) {
+	if len(v) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	means := make([]float64, n)
+	for i := range means {
+		var s float64
+		for range v {
+			s += v[r.IntN(len(v))]
+		}
+		means[i] = s / float64(len(v))
+	}
+	slices.Sort(means)
+	return means[n*25/1000], means[n*975/1000]
 }

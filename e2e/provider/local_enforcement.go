@@ -47,35 +47,38 @@ func (l *Local) setEnforcement(ctx context.Context, mode string) error {
 			return err
 		}
 	}
-	return l.restartWebhookWith(ctx, flag)
+	_, err = l.RestartWebhookWith(ctx, flag)
+	return err
 }
 
-// restartWebhookWith stops the webhook process and starts it again with the
-// same command line but flag in place of any --enforcement.
-func (l *Local) restartWebhookWith(ctx context.Context, flag string) error {
+// RestartWebhookWith stops the webhook process and starts it again with the
+// same command line but flag (--name=value) in place of any --name, and
+// returns the new process once it is ready.
+func (l *Local) RestartWebhookWith(ctx context.Context, flag string) (*cluster.Process, error) {
 	old, err := l.Component(webhookProcessName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	old.Stop(5 * time.Second)
 	if exited, _ := old.Exited(); !exited {
-		return fmt.Errorf("webhook pid %d did not exit", old.Pid)
+		return nil, fmt.Errorf("webhook pid %d did not exit", old.Pid)
 	}
+	name, _, _ := strings.Cut(flag, "=")
 	var args []string
 	for _, a := range old.Args {
-		if !strings.HasPrefix(a, "--enforcement=") {
+		if a != name && !strings.HasPrefix(a, name+"=") {
 			args = append(args, a)
 		}
 	}
 	args = append(args, flag)
 	p, err := cluster.StartProcess(old.Name, filepath.Join(l.StateDir, "bin", webhookProcessName), args, old.LogPath, l.Detached)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	l.CP.Track(p)
 	if _, err := WaitWebhookReady(ctx, p, 2*time.Minute); err != nil {
-		return err
+		return nil, err
 	}
 	l.Logf("local: webhook restarted as pid %d with %s", p.Pid, flag)
-	return nil
+	return p, nil
 }
