@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -64,10 +65,12 @@ func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
 }
 
 // BuildRelease runs hack/release as `make release VERSION=version
-// RELEASE_IMAGE=imageRepo` does, into out.
+// RELEASE_IMAGE=imageRepo` does, into out, with kubectl fence for this
+// machine's platform only: the cluster needs none of it.
 func BuildRelease(ctx context.Context, repoRoot, version, imageRepo, out string, logf Logf) (*Release, error) {
 	cmd := exec.CommandContext(ctx, "go", "-C", filepath.Join(repoRoot, "hack"), "run", "./release",
-		"-root", repoRoot, "-version", version, "-image", imageRepo, "-out", out)
+		"-root", repoRoot, "-version", version, "-image", imageRepo, "-out", out,
+		"-plugin-platforms", runtime.GOOS+"/"+runtime.GOARCH)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	b, err := cmd.CombinedOutput()
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
+	"debug/macho"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,11 +39,12 @@ const DefaultDownloadURL = "https://github.com/sandbox-fence/sandbox-fence/relea
 // built from a checkout, where Go stamps no module version.
 const versionFlag = "github.com/sandbox-fence/sandbox-fence/internal/buildinfo.version"
 
-// writePlugin builds kubectl fence for every platform into out, each as a
-// reproducible tar.gz (the binary and LICENSE, owned by root, dated when),
+// writePlugin builds kubectl fence for each of platforms into out, each as
+// a reproducible tar.gz (the binary and LICENSE, owned by root, dated when),
 // and the krew manifest naming each archive's URL under downloadURL and
-// its SHA-256.
-func writePlugin(ctx context.Context, root, work, out, version, downloadURL string, env []string, when time.Time) error {
+// its SHA-256. Each binary's header must name its platform: krew installs
+// an archive by its selector alone.
+func writePlugin(ctx context.Context, root, work, out, version, downloadURL string, env []string, when time.Time, platforms []string) error {
 	license, err := os.ReadFile(filepath.Join(root, "LICENSE"))
 	if err != nil {
 		return err
@@ -52,8 +55,8 @@ func writePlugin(ctx context.Context, root, work, out, version, downloadURL stri
 		SHA256   string                       `json:"sha256"`
 		Bin      string                       `json:"bin"`
 	}
-	var platforms []platform
-	for _, p := range PluginPlatforms {
+	var manifestPlatforms []platform
+	for _, p := range platforms {
 		goos, goarch, _ := strings.Cut(p, "/")
 		bin := filepath.Join(work, "kubectl-fence-"+goos+"-"+goarch)
 		if err := goRun(ctx, root, slices.Concat(env, []string{"GOOS=" + goos, "GOARCH=" + goarch, "CGO_ENABLED=0"}),
@@ -64,6 +67,9 @@ func writePlugin(ctx context.Context, root, work, out, version, downloadURL stri
 		if err != nil {
 			return err
 		}
+		if got := executablePlatform(exe); got != p {
+			return fmt.Errorf("kubectl fence built for %s is an executable for %q", p, got)
+		}
 		archive, err := tarGz(when, []tarEntry{{"kubectl-fence", 0o755, exe}, {"LICENSE", 0o644, license}})
 		if err != nil {
 			return err
@@ -72,7 +78,7 @@ func writePlugin(ctx context.Context, root, work, out, version, downloadURL stri
 		if err := os.WriteFile(filepath.Join(out, name), archive, 0o644); err != nil {
 			return err
 		}
-		platforms = append(platforms, platform{
+		manifestPlatforms = append(manifestPlatforms, platform{
 			Selector: map[string]map[string]string{"matchLabels": {"os": goos, "arch": goarch}},
 			URI:      strings.TrimSuffix(downloadURL, "/") + "/" + version + "/" + name,
 			SHA256:   fmt.Sprintf("%x", sha256.Sum256(archive)),
@@ -92,7 +98,7 @@ func writePlugin(ctx context.Context, root, work, out, version, downloadURL stri
 				"CiliumNetworkPolicies, status shows one Sandbox's fencing state, check names\n" +
 				"what is missing from the installation, and test evaluates case files against\n" +
 				"the shipped policies offline.\n",
-			"platforms": platforms,
+			"platforms": manifestPlatforms,
 		},
 	})
 	if err != nil {
@@ -133,4 +139,15 @@ func tarGz(when time.Time, entries []tarEntry) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// executablePlatform reads os/arch from an ELF or Mach-O header.
+func executablePlatform(b []byte) string {
+	if f, err := elf.NewFile(bytes.NewReader(b)); err == nil {
+		return map[elf.Machine]string{elf.EM_X86_64: "linux/amd64", elf.EM_AARCH64: "linux/arm64"}[f.Machine]
+	}
+	if f, err := macho.NewFile(bytes.NewReader(b)); err == nil {
+		return map[macho.Cpu]string{macho.CpuAmd64: "darwin/amd64", macho.CpuArm64: "darwin/arm64"}[f.Cpu]
+	}
+	return ""
 }

@@ -66,22 +66,17 @@ var semver = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 // consists of, in name order: what run writes into -out and what
 // .github/workflows/release.yml attaches to the GitHub release
 // (TestTheWorkflowAttachesEveryReleaseFile).
-func Files(chartVersion string) []string {
-	return []string{
-		"SHA256SUMS",
-		"baseline.yaml",
-		"fenceconfig.yaml",
-		"install.yaml",
-		"kubectl-fence.yaml",
-		"kubectl-fence_darwin_amd64.tar.gz",
-		"kubectl-fence_darwin_arm64.tar.gz",
-		"kubectl-fence_linux_amd64.tar.gz",
-		"kubectl-fence_linux_arm64.tar.gz",
-		"provenance.intoto.json",
-		"sandbox-fence-" + chartVersion + ".tgz",
-		"webhook-image.oci.tar",
-		"webhook.spdx.json",
+func Files(chartVersion string) []string { return filesFor(chartVersion, PluginPlatforms) }
+
+// filesFor is Files with kubectl fence's archives for plugins only.
+func filesFor(chartVersion string, plugins []string) []string {
+	files := []string{"SHA256SUMS", "baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence.yaml",
+		"provenance.intoto.json", "sandbox-fence-" + chartVersion + ".tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
+	for _, p := range plugins {
+		files = append(files, PluginArchive(p))
 	}
+	slices.Sort(files)
+	return files
 }
 
 type options struct {
@@ -90,6 +85,17 @@ type options struct {
 	Out         string // directory written
 	Root        string // repository checkout
 	DownloadURL string // where the plugin's archives are published, per version
+	// Plugins are the platforms kubectl fence is built for; nil means
+	// PluginPlatforms, a release. The tests build fewer: each platform is
+	// a cold compile of every package kubectl fence links.
+	Plugins []string
+}
+
+func (o options) plugins() []string {
+	if o.Plugins == nil {
+		return PluginPlatforms
+	}
+	return o.Plugins
 }
 
 func main() {
@@ -99,7 +105,15 @@ func main() {
 	flag.StringVar(&o.Out, "out", "dist", "Directory to write the release into (replaced).")
 	flag.StringVar(&o.Root, "root", ".", "Repository checkout.")
 	flag.StringVar(&o.DownloadURL, "download-url", DefaultDownloadURL, "URL under which <version>/<archive> of kubectl fence is published (the krew manifest names it).")
+	plugins := flag.String("plugin-platforms", strings.Join(PluginPlatforms, ","), "Platforms (os/arch, comma-separated) to build kubectl fence for; a published release has them all.")
 	flag.Parse()
+	for _, p := range strings.Split(*plugins, ",") {
+		if !slices.Contains(PluginPlatforms, p) {
+			fmt.Fprintf(os.Stderr, "release: -plugin-platforms: %q is none of %s\n", p, strings.Join(PluginPlatforms, ", "))
+			os.Exit(2)
+		}
+		o.Plugins = append(o.Plugins, p)
+	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(1)
@@ -209,7 +223,7 @@ func run(ctx context.Context, o options) error {
 	if downloadURL == "" {
 		downloadURL = DefaultDownloadURL
 	}
-	if err := writePlugin(ctx, root, work, out, o.Version, downloadURL, env, when); err != nil {
+	if err := writePlugin(ctx, root, work, out, o.Version, downloadURL, env, when, o.plugins()); err != nil {
 		return err
 	}
 	prov, err := provenance(ctx, root, out, o.Version, o.Image, env)
@@ -236,7 +250,7 @@ func run(ctx context.Context, o options) error {
 	for _, e := range entries {
 		wrote = append(wrote, e.Name())
 	}
-	if want := Files(strings.TrimPrefix(o.Version, "v")); !slices.Equal(wrote, want) {
+	if want := filesFor(strings.TrimPrefix(o.Version, "v"), o.plugins()); !slices.Equal(wrote, want) {
 		return fmt.Errorf("wrote %v into %s, but a release is %v (Files)", wrote, out, want)
 	}
 	fmt.Printf("release %s in %s: image %s\n", o.Version, out, pinned)
