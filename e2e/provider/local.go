@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -200,7 +201,11 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 	l.Env.APIServerProcess = localAPIServer{l: l}
 	l.Env.WebhookMetrics = framework.FixedMetrics{{Replica: "process", URL: "https://127.0.0.1:" + strconv.Itoa(ports[1]) + "/metrics", CA: ca.CertPEM}}
 	l.Env.SetEnforcement = l.setEnforcement
-	l.Logf("local: webhook serving on %s", base)
+	extra := ""
+	if len(l.ExtraWebhookArgs) > 0 {
+		extra = " with " + strings.Join(l.ExtraWebhookArgs, " ")
+	}
+	l.Logf("local: webhook serving on %s%s", base, extra)
 	return nil
 }
 
