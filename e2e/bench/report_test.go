@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,19 +80,35 @@ func TestCellCostChargesCPUToAdmittedWrites(t *testing.T) {
 	}
 }
 
-// The paired interval resolves a shift every round shows, and not one the
-// rounds disagree on.
-func TestBootstrapIntervalExcludesZeroOnlyForAConsistentShift(t *testing.T) {
-	for _, tc := range []struct {
-		diffs []float64
-		want  bool
-	}{
-		{[]float64{-1.1, -0.9, -1.3, -1.0, -0.8, -1.2, -0.9, -1.1, -1.0, -1.0}, true},
-		{[]float64{-1, 1.2, -0.8, 0.9, -1.1, 1, -0.7, 0.8, -1.2, 1.1}, false},
-	} {
-		lo, hi := bootstrapMean(tc.diffs, 10000)
-		if got := hi < 0 || lo > 0; got != tc.want {
-			t.Errorf("%v: interval [%.2f, %.2f] excludes 0: %v, want %v", tc.diffs, lo, hi, got, tc.want)
+// The paired report gives a verdict for a shift every round shows, and
+// none for differences whose sign the rounds disagree on.
+func TestPairedReportJudgesOnlyAShiftTheIntervalResolves(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	// cells gives config one round per p50, its creates at that latency.
+	cells := func(config string, p50s ...float64) []*cellResult {
+		var out []*cellResult
+		for r, v := range p50s {
+			s := &sink{}
+			s.write(http.MethodPost, ms(v))
+			out = append(out, &cellResult{round: r, config: config, sink: s})
+		}
+		return out
+	}
+	key := func(c, w string, n int) string { return c + "/" + w }
+	base := []float64{10, 11, 9, 10, 12, 10, 11, 9, 10, 10}
+	shifted, noisy := make([]float64, len(base)), make([]float64, len(base))
+	for i, v := range base {
+		shifted[i] = v - 1 - 0.1*float64(i%3)
+		noisy[i] = v + []float64{-1, 1}[i%2]
+	}
+	results := map[string][]*cellResult{
+		key(ours, "shift", 1): cells(ours, base...), key(cachedConfig.Name, "shift", 1): cells(cachedConfig.Name, shifted...),
+		key(ours, "noise", 1): cells(ours, base...), key(cachedConfig.Name, "noise", 1): cells(cachedConfig.Name, noisy...),
+	}
+	report := pairedReport([]workload{{Name: "shift"}, {Name: "noise"}}, []int{1}, configsFor(false, true, false), results, key)
+	for _, want := range []string{"| shift | 1 | 10 | -1.09 | [", "] | vaps+webhook-cached faster |", "| noise | 1 | 10 | +0.00 | [", "] | no difference resolved |"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
 }

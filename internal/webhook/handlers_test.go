@@ -151,6 +151,8 @@ func TestCiliumHandler(t *testing.T) {
 	// <field>: <message>), so each carries the family and says it was a
 	// denial.
 	const denied = "cilium-fence: denied by the sandbox-fence webhook: "
+	// The host's CREATE of the policy of claim a, and what admits it.
+	create, admitted := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp), verdict{Allowed: true}
 
 	cases := []struct {
 		name      string
@@ -171,8 +173,8 @@ func TestCiliumHandler(t *testing.T) {
 		config:     cfg,
 		cache:      []client.Object{claim},
 		live:       []client.Object{claim},
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
@@ -183,7 +185,7 @@ func TestCiliumHandler(t *testing.T) {
 		config:   cfg,
 		cache:    []client.Object{claim},
 		live:     []client.Object{tst.MakeClaim("a").Deleting().Obj()},
-		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:      create,
 		wantLive: 1,
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
@@ -195,7 +197,7 @@ func TestCiliumHandler(t *testing.T) {
 		config:   cfg,
 		cache:    []client.Object{claim},
 		live:     []client.Object{tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj()},
-		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:      create,
 		wantLive: 1,
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`,
@@ -207,7 +209,7 @@ func TestCiliumHandler(t *testing.T) {
 		config: cfg,
 		cache:  []client.Object{tst.MakeClaim("a").Deleting().Obj()},
 		live:   []client.Object{claim},
-		req:    cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:    create,
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
 			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
@@ -217,8 +219,8 @@ func TestCiliumHandler(t *testing.T) {
 		name:       "a claim created a moment ago, not yet in the cache, is found by a live read",
 		config:     cfg,
 		live:       []client.Object{claim},
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
@@ -227,7 +229,7 @@ func TestCiliumHandler(t *testing.T) {
 		cache:      []client.Object{tst.MakeClaim("a").UID("uid-old").Obj()},
 		live:       []client.Object{claim},
 		req:        cnpRequest(t, admissionv1.Update, tst.HostUser, cnp, cnp),
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
@@ -235,16 +237,16 @@ func TestCiliumHandler(t *testing.T) {
 		config:     cfg,
 		cache:      []client.Object{claim},
 		cacheFirst: true,
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
 		name:       "with cache-first, an owner the informer sees within the wait admits without a live read",
 		config:     cfg,
 		cache:      []client.Object{claim},
 		cacheFirst: true, cacheMisses: 2,
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
 		name:       "with cache-first, a cached copy without the pod label (set since) is confirmed by a live read",
@@ -252,8 +254,8 @@ func TestCiliumHandler(t *testing.T) {
 		cache:      []client.Object{tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj()},
 		live:       []client.Object{claim},
 		cacheFirst: true,
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
@@ -261,14 +263,14 @@ func TestCiliumHandler(t *testing.T) {
 		config:     cfg,
 		live:       []client.Object{claim},
 		cacheFirst: true,
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
 		name:     "an invented owner found neither in the cache nor live is refused with 422 and its field",
 		config:   cfg,
-		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:      create,
 		wantLive: 1,
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
@@ -280,7 +282,7 @@ func TestCiliumHandler(t *testing.T) {
 		name:       "a live read that does not answer in time is refused as unavailable, to be retried",
 		config:     cfg,
 		blockLive:  true,
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:        create,
 		want:       verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable, Message: `cilium-fence: metadata.ownerReferences[0].name: Internal error: looking up the SandboxClaim "a" in namespace "sandboxes" timed out (context deadline exceeded), so the owner could not be verified; retry`},
 		wantMetric: webhook.VerdictError,
 	}, {
@@ -289,31 +291,31 @@ func TestCiliumHandler(t *testing.T) {
 		// opted-in namespaces meanwhile.
 		name:       "a missing FenceConfig leaves a ServiceAccount's write to the egress policy",
 		cache:      []client.Object{claim},
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantLive:   1, // the FenceConfig, confirmed missing
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:       "a missing FenceConfig never refuses the garbage collector's update (kube-system is never a host)",
 		req:        cnpRequest(t, admissionv1.Update, "system:serviceaccount:kube-system:generic-garbage-collector", cnp, tst.MakeCNP(claim).OwnerRefs().Obj()),
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:       "a missing FenceConfig never refuses the namespace controller's delete",
 		req:        cnpRequest(t, admissionv1.Delete, "system:serviceaccount:kube-system:namespace-controller", cnp, nil),
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:       "a missing FenceConfig never refuses a human user",
 		req:        cnpRequest(t, admissionv1.Create, "alice@example.com", nil, cnp),
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:       "a ServiceAccount that is not a bound host is not checked",
 		config:     cfg,
 		live:       []client.Object{cfg},
 		req:        cnpRequest(t, admissionv1.Create, "system:serviceaccount:gitops:argocd", nil, cnp),
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantLive:   1, // the FenceConfig, confirming it binds no such host
 		wantMetric: webhook.VerdictSkipped,
 	}, {
@@ -323,7 +325,7 @@ func TestCiliumHandler(t *testing.T) {
 		name:     "a host bound since the cache last heard is checked once the FenceConfig is read live",
 		config:   tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Obj(),
 		live:     []client.Object{cfg},
-		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:      create,
 		wantLive: 2, // the FenceConfig, then the owner
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
@@ -333,7 +335,7 @@ func TestCiliumHandler(t *testing.T) {
 		name:      "a routed identity the cache does not bind, whose FenceConfig cannot be read live, is refused as unavailable, to be retried",
 		config:    tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Obj(),
 		blockLive: true,
-		req:       cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:       create,
 		want: verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable,
 			Message: `cilium-fence: FenceConfig "sandbox-fence" could not be read (context deadline exceeded), so the write was not checked and is refused for now; retry`},
 		wantMetric: webhook.VerdictError,
@@ -341,23 +343,23 @@ func TestCiliumHandler(t *testing.T) {
 		name:       "with a FenceConfig, a bound host's DELETE is left to the policy, which judges it",
 		config:     cfg,
 		req:        cnpRequest(t, admissionv1.Delete, tst.HostUser, cnp, nil),
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:   "a request for another kind is admitted untouched",
 		config: cfg,
 		req: func() admission.Request {
-			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r := create
 			r.Kind = metav1.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}
 			return r
 		}(),
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantMetric: webhook.VerdictSkipped,
 	}, {
 		name:   "an object that is not JSON is refused with 422, not a panic",
 		config: cfg,
 		req: func() admission.Request {
-			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r := create
 			r.Object.Raw = []byte(`["not", "an", "object"]`)
 			return r
 		}(),
@@ -380,7 +382,7 @@ func TestCiliumHandler(t *testing.T) {
 		config: tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Host(tst.HostUser, tst.Namespace, "other").Obj(),
 		cache:  []client.Object{claim},
 		req: func() admission.Request {
-			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r := create
 			r.Namespace = "other"
 			return r
 		}(),
@@ -395,12 +397,12 @@ func TestCiliumHandler(t *testing.T) {
 		config: cfg,
 		cache:  []client.Object{claim},
 		req: func() admission.Request {
-			r := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp)
+			r := create
 			r.Namespace = "other"
 			return r
 		}(),
 		live:       []client.Object{cfg},
-		want:       verdict{Allowed: true},
+		want:       admitted,
 		wantLive:   1, // the FenceConfig, confirming the namespace is not the host's
 		wantMetric: webhook.VerdictSkipped,
 	}, {
@@ -411,8 +413,8 @@ func TestCiliumHandler(t *testing.T) {
 		config:     bySelector,
 		cache:      []client.Object{claim, selected},
 		live:       []client.Object{claim},
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
@@ -422,7 +424,7 @@ func TestCiliumHandler(t *testing.T) {
 		config:   bySelector,
 		cache:    []client.Object{claim, unselected},
 		live:     []client.Object{selected},
-		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:      create,
 		wantLive: 2,
 		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
 			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
@@ -433,8 +435,8 @@ func TestCiliumHandler(t *testing.T) {
 		config:     bySelector,
 		cache:      []client.Object{claim, unselected},
 		live:       []client.Object{unselected},
-		req:        cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
-		want:       verdict{Allowed: true},
+		req:        create,
+		want:       admitted,
 		wantLive:   1,
 		wantMetric: webhook.VerdictSkipped,
 	}, {
@@ -442,7 +444,7 @@ func TestCiliumHandler(t *testing.T) {
 		config:    bySelector,
 		cache:     []client.Object{claim},
 		blockLive: true,
-		req:       cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:       create,
 		want: verdict{Code: 503, Reason: metav1.StatusReasonServiceUnavailable,
 			Message: `cilium-fence: namespace "sandboxes" could not be read (context deadline exceeded), so whether system:serviceaccount:sandboxes:sandbox-host's namespaceSelector binds it is unknown and the write is refused for now; retry`},
 		wantMetric: webhook.VerdictError,
@@ -452,7 +454,7 @@ func TestCiliumHandler(t *testing.T) {
 		cache:    []client.Object{claim, tst.MakeClaim("b").PodLabel(tst.LabelKey, "a").Obj(), tst.MakeClaim("c").Obj()},
 		live:     []client.Object{claim},
 		wantLive: 1,
-		req:      cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp),
+		req:      create,
 		want: verdict{Allowed: true, Warnings: []string{
 			"cilium-fence: spec.endpointSelector.matchLabels[sandbox.namzu.ai/per-sandbox-egress]: the pod label sandbox.namzu.ai/per-sandbox-egress=a is also carried by SandboxClaim/b, whose pods this policy would also let out; set spec.uniqueOwnerLabel in the FenceConfig to refuse this"}},
 		wantMetric: webhook.VerdictAllowed,
