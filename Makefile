@@ -120,7 +120,8 @@ test-unit: testreport upstream-crds tools promtool krew ## Unit and offline poli
 fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (testdata/fuzz/).
 	hack/fuzz.sh $(FUZZ_TIME)
 
-# CILIUMPROOF_BODIES sets the size of the generated run (default 20000).
+# CILIUMPROOF_BODIES sets the size of the generated run (default 5000; the
+# weekly workflow runs 20000).
 # ciliumreach is compiled first, outside go test's -timeout: the tests only
 # link it then, and a cold compile of Cilium's repository takes minutes.
 .PHONY: test-cilium
@@ -133,7 +134,7 @@ fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM
 	cd e2e/ciliumproof && $(GO) test -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(CILIUM_FUZZ_TIME) .
 
 # Not part of make test: it runs the suites once per rule (docs/testing.md);
-# a scheduled workflow runs it weekly (.github/workflows/mutants.yml).
+# a scheduled workflow runs it weekly (.github/workflows/weekly.yml).
 MUTANTS_FLAGS ?=
 .PHONY: mutants
 mutants: upstream-crds ## Mutation check: weaken each shipped rule in turn (policies, bindings, the webhook configuration, the webhook's checks and early branches) and fail on one no test catches; table in bin/mutants.md.
