@@ -65,12 +65,12 @@ func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
 }
 
 // BuildRelease runs hack/release as `make release VERSION=version
-// RELEASE_IMAGE=imageRepo` does, into out, with kubectl fence for this
-// machine's platform only: the cluster needs none of it.
+// RELEASE_IMAGE=imageRepo` does, into out, for this machine's platform
+// only: the webhook image the cluster's nodes run, and kubectl fence.
 func BuildRelease(ctx context.Context, repoRoot, version, imageRepo, out string, logf Logf) (*Release, error) {
 	cmd := exec.CommandContext(ctx, "go", "-C", filepath.Join(repoRoot, "hack"), "run", "./release",
 		"-root", repoRoot, "-version", version, "-image", imageRepo, "-out", out,
-		"-plugin-platforms", runtime.GOOS+"/"+runtime.GOARCH)
+		"-platforms", runtime.GOOS+"/"+runtime.GOARCH)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	b, err := cmd.CombinedOutput()
 	if err != nil {

@@ -2,8 +2,9 @@
 // (make release VERSION=vX.Y.Z; docs/install.md, "Install from a release"):
 //
 //   - webhook-image.oci.tar: the webhook's images for linux/amd64 and
-//     linux/arm64 under one OCI image index (hack/image -oci), an OCI
-//     image-layout tarball that `crane push --index` publishes;
+//     linux/arm64 (the linux entries of -platforms) under one OCI image
+//     index (hack/image -oci), an OCI image-layout tarball that `crane
+//     push --index` publishes;
 //   - install.yaml: config/default rendered with the image pinned by the
 //     index digest, CRD and Namespace first, without the FenceConfig: on an
 //     empty cluster its CRD alone (the version gate, selected by its label),
@@ -16,7 +17,8 @@
 //   - webhook.spdx.json: an SPDX 2.3 SBOM of the webhook binary from its
 //     own build information (main module and every dependency, with
 //     versions and the SHA-256 of each module's zip);
-//   - kubectl-fence_<os>_<arch>.tar.gz for each of PluginPlatforms, and
+//   - kubectl-fence_<os>_<arch>.tar.gz for each of PluginPlatforms (each
+//     of -platforms), and
 //     kubectl-fence.yaml, their krew manifest (docs/kubectl-fence.md);
 //   - provenance.intoto.json: an in-toto statement of SLSA provenance
 //     naming every file above by SHA-256 (provenance.go);
@@ -85,17 +87,29 @@ type options struct {
 	Out         string // directory written
 	Root        string // repository checkout
 	DownloadURL string // where the plugin's archives are published, per version
-	// Plugins are the platforms kubectl fence is built for; nil means
-	// PluginPlatforms, a release. The tests build fewer: each platform is
-	// a cold compile of every package kubectl fence links.
-	Plugins []string
+	// Platforms are what is built: the webhook image for each linux one,
+	// kubectl fence for each; nil means PluginPlatforms, a release. The
+	// tests build this machine's architecture only: each platform is a
+	// cold compile of every package the webhook links.
+	Platforms []string
 }
 
-func (o options) plugins() []string {
-	if o.Plugins == nil {
+func (o options) platforms() []string {
+	if o.Platforms == nil {
 		return PluginPlatforms
 	}
-	return o.Plugins
+	return o.Platforms
+}
+
+// imagePlatforms are the linux entries of platforms: the webhook image's.
+func (o options) imagePlatforms() []string {
+	var linux []string
+	for _, p := range o.platforms() {
+		if strings.HasPrefix(p, "linux/") {
+			linux = append(linux, p)
+		}
+	}
+	return linux
 }
 
 func main() {
@@ -105,14 +119,14 @@ func main() {
 	flag.StringVar(&o.Out, "out", "dist", "Directory to write the release into (replaced).")
 	flag.StringVar(&o.Root, "root", ".", "Repository checkout.")
 	flag.StringVar(&o.DownloadURL, "download-url", DefaultDownloadURL, "URL under which <version>/<archive> of kubectl fence is published (the krew manifest names it).")
-	plugins := flag.String("plugin-platforms", strings.Join(PluginPlatforms, ","), "Platforms (os/arch, comma-separated) to build kubectl fence for; a published release has them all.")
+	platforms := flag.String("platforms", strings.Join(PluginPlatforms, ","), "Platforms (os/arch, comma-separated) to build: the webhook image for the linux ones, kubectl fence for each; a published release has them all.")
 	flag.Parse()
-	for _, p := range strings.Split(*plugins, ",") {
+	for _, p := range strings.Split(*platforms, ",") {
 		if !slices.Contains(PluginPlatforms, p) {
-			fmt.Fprintf(os.Stderr, "release: -plugin-platforms: %q is none of %s\n", p, strings.Join(PluginPlatforms, ", "))
+			fmt.Fprintf(os.Stderr, "release: -platforms: %q is none of %s\n", p, strings.Join(PluginPlatforms, ", "))
 			os.Exit(2)
 		}
-		o.Plugins = append(o.Plugins, p)
+		o.Platforms = append(o.Platforms, p)
 	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
@@ -126,6 +140,10 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.Image == "" || strings.ContainsAny(o.Image, "@") || strings.Contains(o.Image[strings.LastIndex(o.Image, "/")+1:], ":") {
 		return fmt.Errorf("-image %q: want a repository without tag or digest, e.g. %s", o.Image, DefaultImage)
+	}
+	images := o.imagePlatforms()
+	if len(images) == 0 {
+		return fmt.Errorf("-platforms %v: the webhook image needs a linux platform among them", o.platforms())
 	}
 	root, err := filepath.Abs(o.Root)
 	if err != nil {
@@ -170,7 +188,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	image := exec.CommandContext(ctx, imageTool, "-oci", filepath.Join(out, "webhook-image.oci.tar"),
-		"-platforms", "linux/amd64,linux/arm64", "-version", o.Version, "-bin-dir", work, "-digest-file", digestFile)
+		"-platforms", strings.Join(images, ","), "-version", o.Version, "-bin-dir", work, "-digest-file", digestFile)
 	image.Dir, image.Env, image.Stdout, image.Stderr = root, env, os.Stderr, os.Stderr
 	if err := image.Run(); err != nil {
 		return fmt.Errorf("hack/image (in %s): %w", root, err)
@@ -209,10 +227,11 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	sbom, err := spdx(o.Version, pinned, modcache, when, map[string]string{
-		"linux/amd64": filepath.Join(work, "webhook-linux-amd64"),
-		"linux/arm64": filepath.Join(work, "webhook-linux-arm64"),
-	})
+	bins := map[string]string{}
+	for _, p := range images {
+		bins[p] = filepath.Join(work, "webhook-"+strings.Replace(p, "/", "-", 1))
+	}
+	sbom, err := spdx(o.Version, pinned, modcache, when, bins)
 	if err != nil {
 		return err
 	}
@@ -223,7 +242,7 @@ func run(ctx context.Context, o options) error {
 	if downloadURL == "" {
 		downloadURL = DefaultDownloadURL
 	}
-	if err := writePlugin(ctx, root, work, out, o.Version, downloadURL, env, when, o.plugins()); err != nil {
+	if err := writePlugin(ctx, root, work, out, o.Version, downloadURL, env, when, o.platforms()); err != nil {
 		return err
 	}
 	prov, err := provenance(ctx, root, out, o.Version, o.Image, env)
@@ -250,7 +269,7 @@ func run(ctx context.Context, o options) error {
 	for _, e := range entries {
 		wrote = append(wrote, e.Name())
 	}
-	if want := filesFor(strings.TrimPrefix(o.Version, "v"), o.plugins()); !slices.Equal(wrote, want) {
+	if want := filesFor(strings.TrimPrefix(o.Version, "v"), o.platforms()); !slices.Equal(wrote, want) {
 		return fmt.Errorf("wrote %v into %s, but a release is %v (Files)", wrote, out, want)
 	}
 	fmt.Printf("release %s in %s: image %s\n", o.Version, out, pinned)
