@@ -202,7 +202,7 @@ verify: lint tools controller-gen ## Lint, then fail on go.mod/go.sum that are n
 ##@ Local control plane
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/ (KUBERNETES_VERSION set: bin/k8s/<version>/; cached).
+tools: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/ (KUBERNETES_VERSION set: that release's kube-apiserver and kube-controller-manager into bin/k8s/<version>/; cached).
 	hack/tools/build.sh
 
 .PHONY: e2e
@@ -264,7 +264,7 @@ bench-micro: ## Hot-path micro benchmarks: handler, validators, patch builder, h
 ##@ Reliability
 
 .PHONY: soak
-soak: tools ## Reliability run on a local control plane (about 7 min, bounded by 15): load, faults, hostile input; prints the figure table.
+soak: tools ## Reliability run on a local control plane (about 5 min, bounded by 15): load, faults, hostile input; prints the figure table.
 	status=0; SOAK_FIGURES=$(BIN)/soak-figures.md $(GO) -C e2e test -count=1 -v -tags soak -timeout $(SOAK_TIMEOUT) ./soak/ || status=$$?; \
 	  echo; cat $(BIN)/soak-figures.md 2>/dev/null || true; exit $$status
 
