@@ -41,7 +41,7 @@ const (
 	// rotateEvery leaves room for certwatcher's 10 s poll fallback before
 	// the previous certificate expires.
 	rotateEvery = 15 * time.Second
-	rotations   = 6
+	rotations   = 4
 )
 
 // issueShortLived signs a serving certificate for 127.0.0.1 valid for

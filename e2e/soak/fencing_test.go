@@ -28,7 +28,7 @@ import (
 const (
 	fencingHolders   = 16
 	fencingSandboxes = 4
-	fencingWrites    = 10000
+	fencingWrites    = 5000
 	// takeoverPercent is how often a holder takes a sandbox over (raises
 	// its epoch past every other holder's) instead of writing with the
 	// epoch it holds.
