@@ -2,17 +2,14 @@ package policies_test
 
 import (
 	"context"
-	"os"
 	"sort"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/vapeval"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
@@ -93,20 +90,10 @@ func benchRequests(b *testing.B) map[string]vapeval.Request {
 // vapeval.PassCost; cel-validations/op: the match conditions and
 // validations alone) and the largest single expression as a share of the
 // per-call limit.
-//
-// Each request runs twice in one run: bundle=shipped is the bundle on disk,
-// bundle=before the same bundle with the egress policy frozen in
-// testdata/bench/cilium-egress-before.yaml (the version that kept a second
-// copy of its checks as a fast path), so that a change to the egress
-// policy's runtime shows side by side on the same machine and load.
 func BenchmarkVAPs(b *testing.B) {
 	ctx := context.Background()
 	config := caseConfig(b, defaultParams(b), vapeval.CaseParams{})
-	shipped := loadBundle(b)
-	bundles := map[string][]*vapeval.PolicyDir{
-		"shipped": vapeval.Rendered(shipped, config),
-		"before":  vapeval.Rendered(withFrozenEgress(b, shipped), config),
-	}
+	bundle := vapeval.Rendered(loadBundle(b), config)
 	nss := namespaces(b)
 	nsByName := map[string]*corev1.Namespace{}
 	for _, ns := range nss {
@@ -118,59 +105,29 @@ func BenchmarkVAPs(b *testing.B) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	for _, which := range []string{"before", "shipped"} {
-		bundle := bundles[which]
-		h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Namespaces: nss, Resources: vapeval.Resources})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, name := range names {
-			req := reqs[name]
-			b.Run(name+"/bundle="+which, func(b *testing.B) {
-				if err := h.Validate(ctx, req); err != nil {
-					b.Fatalf("the host's write must be admitted: %v", err)
-				}
-				cost := celCost(b, bundle, req, nsByName[req.Namespace])
-				b.ReportAllocs()
-				for b.Loop() {
-					if err := h.Validate(ctx, req); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(cost.total), "cel-cost/op")
-				b.ReportMetric(float64(cost.validations), "cel-validations/op")
-				b.ReportMetric(100*float64(cost.worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
-			})
-		}
-		h.Stop()
-	}
-}
-
-// withFrozenEgress is bundle with the egress policy replaced by the frozen
-// earlier version in testdata/bench.
-func withFrozenEgress(b *testing.B, bundle []*vapeval.PolicyDir) []*vapeval.PolicyDir {
-	b.Helper()
-	raw, err := os.ReadFile("testdata/bench/cilium-egress-before.yaml")
+	h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Namespaces: nss, Resources: vapeval.Resources})
 	if err != nil {
 		b.Fatal(err)
 	}
-	before := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	if err := yaml.UnmarshalStrict(raw, before); err != nil {
-		b.Fatal(err)
+	defer h.Stop()
+	for _, name := range names {
+		req := reqs[name]
+		b.Run(name, func(b *testing.B) {
+			if err := h.Validate(ctx, req); err != nil {
+				b.Fatalf("the host's write must be admitted: %v", err)
+			}
+			cost := celCost(b, bundle, req, nsByName[req.Namespace])
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := h.Validate(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cost.total), "cel-cost/op")
+			b.ReportMetric(float64(cost.validations), "cel-validations/op")
+			b.ReportMetric(100*float64(cost.worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
+		})
 	}
-	out := make([]*vapeval.PolicyDir, len(bundle))
-	found := false
-	for i, p := range bundle {
-		cp := *p
-		if p.Policy.Name == before.Name {
-			cp.Policy, found = before, true
-		}
-		out[i] = &cp
-	}
-	if !found {
-		b.Fatalf("%s is not in the bundle", before.Name)
-	}
-	return out
 }
 
 type requestCost struct {
