@@ -72,8 +72,8 @@ func TestMain(m *testing.M) {
 // checks each executable's header (writePlugin).
 var testPlatforms = []string{"linux/" + runtime.GOARCH}
 
-// release is one make release of testVersion, built once for every test
-// that reads its files (a release cross-compiles the webhook twice).
+// release is one make release of testVersion for testPlatforms, built once
+// for every test that reads its files.
 func release(t *testing.T) string {
 	t.Helper()
 	shared.once.Do(func() {

@@ -83,14 +83,15 @@ if [[ ${1:-} != -f ]] && all_present && [[ -f $stamp ]] && [[ $(cat "$stamp") ==
   exit 0
 fi
 
-start=$(date +%s)
 cmds=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
 if [[ $out == "$bin" ]]; then
+  start=$(date +%s)
   echo "tools: building etcd (hack/tools/etcd)"
   (cd "$tools"/etcd && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$bin"/etcd go.etcd.io/etcd/server/v3)
   cmds+=(k8s.io/kubernetes/cmd/kubectl)
 else
   KUBERNETES_VERSION= "$tools"/build.sh
+  start=$(date +%s)
   ln -sfn ../../etcd "$out"/etcd
   ln -sfn ../../kubectl "$out"/kubectl
 fi
