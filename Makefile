@@ -37,7 +37,7 @@ CILIUM_FUZZ_TIME ?= 1h
 # (built into bin/k8s/<version>/ by hack/tools/build.sh, docs/testing.md).
 KUBERNETES_VERSION ?=
 export KUBERNETES_VERSION
-# The oldest supported release CI runs the suite on: internal/kubeversion.
+# The oldest release CI runs the suite on: internal/kubeversion.OldestTested.
 KUBERNETES_OLDEST := $(shell sed -n 's/^const OldestTested = "\(v[0-9.]*\)"$$/\1/p' internal/kubeversion/kubeversion.go)
 FUZZ_TIME ?= 15s
 # The e2e provider (docs/e2e.md); the skip allowlist names its run e2e
@@ -210,7 +210,7 @@ e2e: tools testreport upstream-crds ## End-to-end suite on a local control plane
 	$(call gotest,$(E2E_RUN),-count=1 -tags e2e -timeout $(E2E_TIMEOUT) ./...,e2e)
 
 .PHONY: e2e-oldest
-e2e-oldest: ## The end-to-end suite on the oldest supported Kubernetes release (internal/kubeversion.OldestTested).
+e2e-oldest: ## The end-to-end suite on the oldest Kubernetes release CI tests (internal/kubeversion.OldestTested: the first without kube-apiserver's CEL race).
 	$(MAKE) e2e KUBERNETES_VERSION=$(KUBERNETES_OLDEST)
 
 .PHONY: dev-up
@@ -332,7 +332,7 @@ e2e-kind: tools image helm testreport upstream-crds ## kind cluster from kind.ya
 # .ci/run starts it in the background after make lint verify (so make tools
 # has built the pinned control plane) and waits for it before e2e-oldest.
 .PHONY: ahead
-ahead: ## Build ahead what make e2e-oldest and make e2e-kind need: the oldest supported control plane and the kind node image (both cached in bin/).
+ahead: ## Build ahead what make e2e-oldest and make e2e-kind need: the oldest tested control plane and the kind node image (both cached in bin/).
 	$(MAKE) tools KUBERNETES_VERSION=$(KUBERNETES_OLDEST)
 	$(MAKE) kind-node-image
 

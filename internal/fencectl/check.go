@@ -27,13 +27,10 @@ import (
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
+	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
-
-// MinKubernetes is the oldest API server the policies run on: the egress
-// policy needs CEL two-variable comprehensions (docs/install.md).
-const MinKubernetes = "1.33.0"
 
 // Default names of the webhook's objects (config/webhook).
 const (
@@ -99,7 +96,14 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 	} else if sv, err := version.ParseGeneric(v.GitVersion); err != nil {
 		add("Kubernetes version", false, "cannot parse %q: %v", v.GitVersion, err)
 	} else {
-		add("Kubernetes version", sv.AtLeast(version.MustParseGeneric(MinKubernetes)), "%s (the policies need %s or later)", v.GitVersion, MinKubernetes)
+		// An API server from Minimum up to FirstWithoutCELRace runs the
+		// policies, so the check passes, but says what the admin risks.
+		min, fixed := version.MustParseGeneric(kubeversion.Minimum), version.MustParseGeneric(kubeversion.FirstWithoutCELRace)
+		detail := fmt.Sprintf("%s (the policies need %s or later)", v.GitVersion, min)
+		if sv.AtLeast(min) && sv.LessThan(fixed) {
+			detail += fmt.Sprintf("; before %s kube-apiserver can exit when an admission policy changes, as the bundle's do on every FenceConfig change (kubernetes/kubernetes#135757): upgrade", fixed)
+		}
+		add("Kubernetes version", sv.AtLeast(min), "%s", detail)
 	}
 
 	// CRDs.

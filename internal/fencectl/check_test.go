@@ -142,8 +142,9 @@ func TestCheckStrictDelete(t *testing.T) {
 	}
 }
 
-// The policies use CEL and VAP fields of Kubernetes 1.33 (MinKubernetes): an
-// older API server must fail the check by name. A real cluster of each
+// The policies use CEL and VAP fields of Kubernetes 1.33 (kubeversion.Minimum):
+// an older API server must fail the check by name, and one that has the CEL
+// race (kubeversion.FirstWithoutCELRace) passes with a warning. A real cluster of each
 // version is not at hand, so the server version is faked.
 func TestCheckNamesAClusterOlderThanThePoliciesSupport(t *testing.T) {
 	cases := []struct {
@@ -153,8 +154,14 @@ func TestCheckNamesAClusterOlderThanThePoliciesSupport(t *testing.T) {
 		name: "one minor below the oldest supported fails", gitVersion: "v1.32.9",
 		want: CheckResult{Name: "Kubernetes version", Detail: "v1.32.9 (the policies need 1.33.0 or later)"},
 	}, {
-		name: "the oldest supported passes", gitVersion: "v1.33.0",
-		want: CheckResult{Name: "Kubernetes version", OK: true, Detail: "v1.33.0 (the policies need 1.33.0 or later)"},
+		name: "the oldest supported passes and names the CEL race", gitVersion: "v1.33.0",
+		want: CheckResult{Name: "Kubernetes version", OK: true, Detail: "v1.33.0 (the policies need 1.33.0 or later); before 1.36.0 kube-apiserver can exit when an admission policy changes, as the bundle's do on every FenceConfig change (kubernetes/kubernetes#135757): upgrade"},
+	}, {
+		name: "the last patch of the minor before the fix names the race", gitVersion: "v1.35.10",
+		want: CheckResult{Name: "Kubernetes version", OK: true, Detail: "v1.35.10 (the policies need 1.33.0 or later); before 1.36.0 kube-apiserver can exit when an admission policy changes, as the bundle's do on every FenceConfig change (kubernetes/kubernetes#135757): upgrade"},
+	}, {
+		name: "the first release with the fix passes plainly", gitVersion: "v1.36.0",
+		want: CheckResult{Name: "Kubernetes version", OK: true, Detail: "v1.36.0 (the policies need 1.33.0 or later)"},
 	}, {
 		name: "a vendor build of a newer release passes", gitVersion: "v1.37.2-eks-4f1a2b",
 		want: CheckResult{Name: "Kubernetes version", OK: true, Detail: "v1.37.2-eks-4f1a2b (the policies need 1.33.0 or later)"},

@@ -18,11 +18,25 @@ import (
 // scripts read this line: keep it `const Minimum = "vX.Y.Z"`.
 const Minimum = "v1.33.0"
 
-// OldestTested is the release of Minimum's minor that CI builds from the Go
-// module proxy and runs the end-to-end suite on (`make e2e
-// KUBERNETES_VERSION=...` in .ci/run; its tools module is committed under
-// hack/tools/kubernetes-versions/).
-const OldestTested = "v1.33.13"
+// OldestTested is the oldest release CI runs the end-to-end suite on (`make
+// e2e-oldest`, built from the Go module proxy; its tools module is committed
+// under hack/tools/kubernetes-versions/). It is a release of FirstWithoutCELRace's
+// minor, not of Minimum's: kube-apiserver before 1.36 can exit while the suite
+// changes the bundle's policies (FirstWithoutCELRace), so releases from
+// Minimum up to it install and compile the policies (the policy tests compile
+// every expression at MinimumCompatibility) but CI cannot run the suite there
+// reliably.
+const OldestTested = "v1.36.3"
+
+// FirstWithoutCELRace is the first release whose kube-apiserver gives each
+// admission policy its own CEL type for `variables`. Before it, every policy
+// compiled into one shared type, so compiling a policy (created or changed)
+// while another policy was evaluated could end the process with "fatal
+// error: concurrent map read and map write" (kubernetes/kubernetes#135757,
+// fixed by #135759 in 1.36.0; v1.33.13, v1.34.13 and v1.35.10 still share
+// it). The controller rewrites the bundle's policies on every FenceConfig
+// change, so on older releases each change is a chance of that crash.
+const FirstWithoutCELRace = "v1.36.0"
 
 // MinimumCompatibility is the CEL compatibility version a server of the
 // Minimum release offers to new policies: one minor below it.
