@@ -24,14 +24,15 @@ const module = "github.com/sandbox-fence/sandbox-fence"
 // read config/ or policies/ and it is missing here.
 var yamlReaders = []string{"policies", "internal/enforcement", "internal/fencectl", "internal/webhook", "cmd/webhook", "config"}
 
-// firstStage is, by package, the tests run first: the policy cases kill most
-// policy mutants in seconds, where the whole package takes half a minute
-// (the cases in every mode, type checking against both CRD sets). When they
-// fail the mutant is killed; when they pass, the package's other tests run
-// (-test.skip of the same names), so no test of the package is ever left
-// out of a verdict of survival.
-var firstStage = map[string]string{
-	"policies": "^TestPolicyCases$",
+// testOrder is, by package, the tests run before and after the others: the
+// policy cases kill most policy mutants in seconds, where the whole package
+// takes two minutes, and TestCELCost alone takes more than half of that, so
+// it runs last. A stage that fails kills the mutant (no later stage runs);
+// when one passes, the next runs, and the middle stage runs every test the
+// others do not name (-test.skip of all their names), so no test of the
+// package is ever left out of a verdict of survival.
+var testOrder = map[string]struct{ first, last []string }{
+	"policies": {first: []string{"^TestPolicyCases$"}, last: []string{"^TestCELCost$"}},
 }
 
 // textTests compare what a shipped file says with a copy of it (decoded,
@@ -526,10 +527,19 @@ func (w *workspace) offlinePackage(r *Result, i int, p string) (killed bool, err
 
 // stagesOf are the runs of p's tests, each a list of test binary flags.
 func stagesOf(p string) [][]string {
-	if re, ok := firstStage[p]; ok {
-		return [][]string{{"-test.run=" + re}, {"-test.skip=" + re}}
+	o, ok := testOrder[p]
+	if !ok {
+		return [][]string{nil}
 	}
-	return [][]string{nil}
+	var stages [][]string
+	for _, re := range o.first {
+		stages = append(stages, []string{"-test.run=" + re})
+	}
+	stages = append(stages, []string{"-test.skip=" + strings.Join(slices.Concat(o.first, o.last), "|")})
+	for _, re := range o.last {
+		stages = append(stages, []string{"-test.run=" + re})
+	}
+	return stages
 }
 
 // runWith runs p's tests (bin, compiled with the overlay of a Go file)
