@@ -96,14 +96,14 @@ func Check(ctx context.Context, c Clients, o CheckOptions) (*CheckReport, error)
 	} else if sv, err := version.ParseGeneric(v.GitVersion); err != nil {
 		add("Kubernetes version", false, "cannot parse %q: %v", v.GitVersion, err)
 	} else {
-		// An API server from Minimum up to FirstWithoutCELRace runs the
-		// policies, so the check passes, but says what the admin risks.
-		min, fixed := version.MustParseGeneric(kubeversion.Minimum), version.MustParseGeneric(kubeversion.FirstWithoutCELRace)
-		detail := fmt.Sprintf("%s (the policies need %s or later)", v.GitVersion, min)
-		if sv.AtLeast(min) && sv.LessThan(fixed) {
-			detail += fmt.Sprintf("; before %s kube-apiserver can exit when an admission policy changes, as the bundle's do on every FenceConfig change (kubernetes/kubernetes#135757): upgrade", fixed)
+		// A supported API server with the CEL race runs the policies, so the
+		// check passes, but says what the admin risks.
+		ok := kubeversion.Check(v.GitVersion) == nil
+		detail := fmt.Sprintf("%s (the policies need %s or later)", v.GitVersion, strings.TrimPrefix(kubeversion.Minimum, "v"))
+		if ok && kubeversion.HasCELRace(sv) {
+			detail += fmt.Sprintf("; before %s kube-apiserver can exit when an admission policy changes, as the bundle's do on every FenceConfig change (kubernetes/kubernetes#135757): upgrade", strings.TrimPrefix(kubeversion.FirstWithoutCELRace, "v"))
 		}
-		add("Kubernetes version", sv.AtLeast(min), "%s", detail)
+		add("Kubernetes version", ok, "%s", detail)
 	}
 
 	// CRDs.

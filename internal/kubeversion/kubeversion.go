@@ -38,6 +38,11 @@ const OldestTested = "v1.36.3"
 // change, so on older releases each change is a chance of that crash.
 const FirstWithoutCELRace = "v1.36.0"
 
+// HasCELRace tells whether v is older than FirstWithoutCELRace.
+func HasCELRace(v *version.Version) bool {
+	return v.LessThan(version.MustParseGeneric(FirstWithoutCELRace))
+}
+
 // MinimumCompatibility is the CEL compatibility version a server of the
 // Minimum release offers to new policies: one minor below it.
 func MinimumCompatibility() *version.Version {
