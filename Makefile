@@ -30,6 +30,8 @@ IMAGE_TAR := $(BIN)/webhook-image.tar
 KIND_CLUSTER ?= sandbox-fence
 E2E_TIMEOUT ?= 25m
 KIND_E2E_TIMEOUT ?= 40m
+# make e2e-cilium: a Cilium image the nodes pull instead of one built from the module (hack/kind/cilium.sh).
+CILIUM_IMAGE ?=
 SOAK_TIMEOUT ?= 15m
 CILIUM_FUZZ_TIME ?= 1h
 # The Kubernetes release the suite's control plane runs: the pinned one
@@ -154,6 +156,7 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) -C e2e vet -tags e2e ./...
+	$(GO) -C e2e vet -tags e2e,cilium ./...
 	$(GO) -C e2e vet -tags soak ./soak/...
 	$(GO) -C hack vet ./...
 	$(GO) -C e2e/ciliumproof vet ./...
@@ -224,10 +227,6 @@ dev-down: ## Stop the local control plane started by dev-up.
 .PHONY: run
 run: tools ## Start everything, print what to try, tear down on Ctrl-C.
 	$(call harness,e2e,./cmd/devcluster) run
-
-.PHONY: demo
-demo: tools ## Scripted walk-through: each step and its verdict; fails on a wrong verdict.
-	$(call harness,e2e,./cmd/devcluster) demo
 
 ##@ Benchmarks
 
@@ -328,6 +327,21 @@ helm: ## Build Helm's CLI from the Go module proxy (the version hack/chart/go.mo
 .PHONY: e2e-kind
 e2e-kind: tools image helm testreport upstream-crds ## kind cluster from kind.yaml (3 nodes), config/default deployed, the suite with the in-cluster cases; starts its own engine when none answers (docs/e2e.md).
 	E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) E2E_TIMEOUT=$(KIND_E2E_TIMEOUT) hack/kind/e2e.sh
+
+# The datapath suite: kind with Cilium as the CNI, built from the Go module
+# by hack/kind/cilium.sh (CILIUM_IMAGE=<image>: that image, pulled), and
+# e2e/datapath_test.go, which measures what sandbox pods reach and compares
+# it with the contract and with ciliumreach's prediction (docs/e2e.md).
+# agent-sandbox's controller makes the pods from Sandboxes, so the cluster
+# gets agent-sandbox's own CRDs (the release e2e/go.mod names).
+.PHONY: e2e-cilium
+e2e-cilium: tools image helm testreport upstream-crds ## kind with Cilium from the Go module as the CNI; sandbox pods' reach measured on the wire against Cilium's prediction (docs/e2e.md).
+	CILIUM_IMAGE=$(CILIUM_IMAGE) hack/kind/cilium.sh
+	cd e2e && $(BIN)/harness/image -pkg ./cmd/netfixture -entrypoint /netfixture -user "" -title netfixture \
+	  -tag sandbox-fence.local/netfixture:dev -out $(BIN)/netfixture-image.tar
+	SANDBOX_FENCE_UPSTREAM_CRDS=$$($(GO) -C e2e list -m -f '{{.Dir}}' sigs.k8s.io/agent-sandbox)/k8s/crds \
+	  KIND_CNI=cilium E2E_TAGS=e2e,cilium E2E_REPORT=e2e-cilium E2E_GO_RUN='^TestDatapath' \
+	  E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) E2E_TIMEOUT=$(KIND_E2E_TIMEOUT) hack/kind/e2e.sh
 
 # .ci/run starts it in the background after make lint verify (so make tools
 # has built the pinned control plane) and waits for it before e2e-oldest.

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandbox-fence/sandbox-fence/internal/ciliumversion"
 )
 
 // CI here runs lint and verify, the README's test command, the mutation
@@ -21,12 +23,17 @@ func TestCIRunsEveryStepInOrder(t *testing.T) {
 }
 
 // The workflows run what the docs say they run: e2e.yml the steps of
-// .ci/run on GitHub, weekly.yml what is too long for every push (the whole
+// .ci/run on GitHub and the datapath suite on the Cilium release the
+// project pins, weekly.yml what is too long for every push (the whole
 // mutation check, the Cilium proof at full size). A dropped or weakened
-// command must fail here.
+// command, or another Cilium, must fail here.
 func TestWorkflowsRunTheirMakeCommands(t *testing.T) {
+	cilium, err := ciliumversion.Read("..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for file, want := range map[string][]string{
-		"e2e.yml":    {"make test", "make e2e-oldest", "make e2e-kind"},
+		"e2e.yml":    {"make test", "make e2e-oldest", "make e2e-kind", "make e2e-cilium CILIUM_IMAGE=quay.io/cilium/cilium:" + cilium},
 		"weekly.yml": {"make tools", "make mutants MUTANTS_FLAGS='-e2e on'", "make test-cilium CILIUMPROOF_BODIES=20000", "make fuzz-cilium CILIUM_FUZZ_TIME=1h"},
 	} {
 		makes := makeCommands(t, filepath.Join("..", ".github", "workflows", file), "run: ")

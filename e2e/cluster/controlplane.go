@@ -8,7 +8,6 @@ package cluster
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -415,17 +414,6 @@ func (c *ControlPlane) UserConfig(user string, groups []string) (*rest.Config, e
 	return c.certConfig(pair), nil
 }
 
-// TokenConfig returns a rest.Config that authenticates with a bearer token.
-func (c *ControlPlane) TokenConfig(token string) *rest.Config {
-	return &rest.Config{
-		Host:            c.APIServerURL,
-		BearerToken:     token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.CA.CertPEM},
-		QPS:             100,
-		Burst:           200,
-	}
-}
-
 func (c *ControlPlane) certConfig(p Pair) *rest.Config {
 	return &rest.Config{
 		Host:            c.APIServerURL,
@@ -433,13 +421,6 @@ func (c *ControlPlane) certConfig(p Pair) *rest.Config {
 		QPS:             100,
 		Burst:           200,
 	}
-}
-
-// CAPool returns the cluster CA as a pool.
-func (c *ControlPlane) CAPool() *x509.CertPool {
-	pool := x509.NewCertPool()
-	pool.AddCert(c.CA.Cert)
-	return pool
 }
 
 // Stop ends every component, newest first, and waits for each to be gone.

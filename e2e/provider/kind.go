@@ -69,7 +69,9 @@ type Kind struct {
 	ImageArchive string
 	// NodeImage, when set, replaces every node's image (EnvKindNodeImage).
 	NodeImage string
-	Logf      framework.Logf
+	// CNI is EnvKindCNI: empty, or CNICilium.
+	CNI  string
+	Logf framework.Logf
 
 	kubeconfig string
 	workDir    string
@@ -92,6 +94,7 @@ func NewKind(root, bin string, logf framework.Logf) *Kind {
 		ConfigPath:   filepath.Join(root, "kind.yaml"),
 		ImageArchive: os.Getenv(EnvImageArchive),
 		NodeImage:    os.Getenv(EnvKindNodeImage),
+		CNI:          os.Getenv(EnvKindCNI),
 		Logf:         logf,
 	}
 }
@@ -159,6 +162,9 @@ func (k *Kind) Validate() error {
 	if k.ClusterName == "" {
 		errs = append(errs, fmt.Errorf("%s is empty", EnvKindCluster))
 	}
+	if k.CNI != "" && k.CNI != CNICilium {
+		errs = append(errs, fmt.Errorf("%s=%s: want %s or nothing", EnvKindCNI, k.CNI, CNICilium))
+	}
 	return errors.Join(errs...)
 }
 
@@ -201,6 +207,9 @@ func (k *Kind) create() error {
 		return fmt.Errorf("asking the container engine for its cgroup version: %w", err)
 	}
 	cfg := ClusterConfig(base, cgroup2, k.NodeImage)
+	if k.CNI == CNICilium {
+		cfg.Networking.DisableDefaultCNI = true
+	}
 	if k.workDir, err = os.MkdirTemp("", "sandbox-fence-kind-"); err != nil {
 		return err
 	}
@@ -231,18 +240,26 @@ func (k *Kind) create() error {
 	if !cgroup2 {
 		what += ", cgroup v1 host: failCgroupV1: false"
 	}
+	if k.CNI != "" {
+		what += ", CNI " + k.CNI
+	}
 	k.Logf("kind: creating cluster %s (%s)", k.ClusterName, what)
 	start := time.Now()
 	// With kind's CNI the nodes become Ready on their own; with the offline
 	// image they wait for the pod network, set up right after.
 	wait := 3 * time.Minute
-	if k.NodeImage != "" {
+	if cfg.Networking.DisableDefaultCNI {
 		wait = 0
 	}
 	if err := k.api.Create(k.ClusterName, cfgPath, k.kubeconfig, wait); err != nil {
 		return fmt.Errorf("kind create cluster %s: %w", k.ClusterName, err)
 	}
-	if k.NodeImage != "" {
+	switch {
+	case k.CNI == CNICilium:
+		if err := k.installCilium(context.Background()); err != nil {
+			return err
+		}
+	case k.NodeImage != "":
 		if err := k.podNetwork(context.Background()); err != nil {
 			return err
 		}
@@ -384,9 +401,9 @@ func (k *Kind) Teardown(_ context.Context, failed bool, artifactDir string) erro
 // engine kind runs on.
 type kindNodes struct{ k *Kind }
 
-// engineCLI is the command-line client of the engine kind chose, in kind's
+// EngineCLI is the command-line client of the engine kind chose, in kind's
 // own order of preference.
-func engineCLI() string {
+func EngineCLI() string {
 	if p := os.Getenv("KIND_EXPERIMENTAL_PROVIDER"); p != "" {
 		return p
 	}
@@ -399,20 +416,20 @@ func engineCLI() string {
 }
 
 func (n *kindNodes) Stop(ctx context.Context, node string) error {
-	if out, err := exec.CommandContext(ctx, engineCLI(), "kill", node).CombinedOutput(); err != nil {
-		return fmt.Errorf("%s kill %s: %v: %s", engineCLI(), node, err, out)
+	if out, err := exec.CommandContext(ctx, EngineCLI(), "kill", node).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s kill %s: %v: %s", EngineCLI(), node, err, out)
 	}
 	return framework.Eventually(ctx, time.Minute, 250*time.Millisecond, "node container "+node+" stopped", func(ctx context.Context) (bool, string, error) {
-		out, err := exec.CommandContext(ctx, engineCLI(), "inspect", "-f", "{{.State.Running}}", node).Output()
+		out, err := exec.CommandContext(ctx, EngineCLI(), "inspect", "-f", "{{.State.Running}}", node).Output()
 		return err == nil && string(out) == "false\n", string(out), nil
 	})
 }
 
 func (n *kindNodes) Start(ctx context.Context, node string) error {
-	if out, err := exec.CommandContext(ctx, engineCLI(), "start", node).CombinedOutput(); err != nil {
-		return fmt.Errorf("%s start %s: %v: %s", engineCLI(), node, err, out)
+	if out, err := exec.CommandContext(ctx, EngineCLI(), "start", node).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s start %s: %v: %s", EngineCLI(), node, err, out)
 	}
-	if n.k.NodeImage != "" {
+	if n.k.NodeImage != "" && n.k.CNI == "" {
 		// The node may come back with another address: every route to its
 		// pods follows it.
 		return n.k.podNetwork(ctx)
@@ -428,7 +445,7 @@ func (l *kindLib) Clusters() ([]string, error) { return l.p.List() }
 // Cgroup2 asks the engine, as kind does internally (its answer is not
 // exported): the engine's host is the one the kubelets run on.
 func (l *kindLib) Cgroup2() (bool, error) {
-	cli := engineCLI()
+	cli := EngineCLI()
 	format := "{{.CgroupVersion}}"
 	if cli == "podman" {
 		format = "{{.Host.CgroupsVersion}}"

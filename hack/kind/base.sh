@@ -20,7 +20,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=${BIN:-$root/bin}
 stamp=$bin/.kind-base.stamp
-suite=bookworm
 # What kind's Dockerfile installs, less what only other storage or rootless
 # setups use (nfs-common, open-iscsi, e2fsprogs, fuse-overlayfs), plus the
 # runtime and CNI plugins it builds from source (Debian's here).
@@ -34,18 +33,15 @@ fail() {
 kind_mod=$root/e2e/go.mod
 kind_version=$(awk '$1 == "sigs.k8s.io/kind" {print $2}' "$kind_mod")
 [[ -n $kind_version ]] || fail "no sigs.k8s.io/kind in $kind_mod"
-want=$(cat "${BASH_SOURCE[0]}" <(echo "$kind_version") | sha256sum | cut -d' ' -f1)
+want=$(cat "${BASH_SOURCE[0]}" "$root"/hack/kind/rootfs.sh <(echo "$kind_version") | sha256sum | cut -d' ' -f1)
 if [[ ${1:-} != -f && -f $stamp && $(cat "$stamp") == "$want" && -f $bin/kind-base-rootfs.tar && -f $bin/kind-kube-proxy-tree.tar ]]; then
   echo "kind base: up to date in $bin (stamp $(cut -c1-12 "$stamp"))"
   exit 0
 fi
 [[ $(id -u) == 0 ]] || fail "building the base root filesystem needs root (debootstrap, chroot)"
 "$root"/hack/kind/setup.sh --base
-
-# The mirror apt uses here: deb822 sources first, then sources.list.
-mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-[[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $0 !~ /security/ {for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) {print $i; exit}}' /etc/apt/sources.list 2>/dev/null || true)
-[[ -n $mirror ]] || fail "no Debian mirror configured for apt on this machine"
+# shellcheck source=rootfs.sh
+source "$root"/hack/kind/rootfs.sh
 
 kind_files=$(cd "$root"/e2e && go mod download -json sigs.k8s.io/kind | awk -F'"' '$2 == "Dir" {print $4}')/images/base/files
 [[ -d $kind_files ]] || fail "sigs.k8s.io/kind $kind_version has no images/base/files"
@@ -54,17 +50,13 @@ start=$SECONDS
 work=$(mktemp -d "${TMPDIR:-/tmp}"/sandbox-fence-kind-base.XXXXXX)
 rootfs=$work/rootfs
 cleanup() {
-  # debootstrap mounts /proc and /sys in the target; never leave them.
-  for m in $(awk -v r="$rootfs" 'index($2, r) == 1 {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" || true; done
+  rootfs_unmount "$rootfs"
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-echo "kind base: debootstrap $suite (minbase + ${packages//,/ }) from $mirror"
-if ! debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >"$work"/debootstrap.log 2>&1; then
-  tail -n 20 "$work"/debootstrap.log >&2
-  fail "debootstrap failed (above)"
-fi
+echo -n "kind base: "
+rootfs_debootstrap "$rootfs" "$packages" "$work"/debootstrap.log || fail "the base root filesystem (above)"
 
 echo "kind base: kind $kind_version files, as images/base/Dockerfile lays them out"
 install -d -m 0755 "$rootfs"/kind/bin "$rootfs"/LICENSES "$rootfs"/etc/kubernetes/manifests

@@ -91,8 +91,11 @@ fi
 
 phase=cluster
 t=$SECONDS
+# make e2e-cilium: its build tags and its own report (E2E_TAGS, E2E_REPORT).
+tags=${E2E_TAGS:-e2e}
+report=${E2E_REPORT:-e2e-kind}
 E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=${E2E_IMAGE_ARCHIVE:-$root/bin/webhook-image.tar} E2E_ARTIFACTS=$artifacts \
-  go -C e2e test -json -count=1 -tags e2e -timeout "${E2E_TIMEOUT:-40m}" ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} . 2>&1 |
-  bin/testreport -v -run e2e-kind -json bin/e2e-kind.json -failures bin/e2e-kind.failures \
-    -modules e2e -- -tags e2e ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} .
+  go -C e2e test -json -count=1 -tags "$tags" -timeout "${E2E_TIMEOUT:-40m}" ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} . 2>&1 |
+  bin/testreport -v -run "$report" -json "bin/$report.json" -failures "bin/$report.failures" \
+    -modules e2e -- -tags "$tags" ${E2E_GO_RUN:+-run "$E2E_GO_RUN"} .
 timings+=("cluster and suite $((SECONDS - t))s")

@@ -247,6 +247,15 @@ check() {
     r=$(for t in filter nat; do iptables -t "$t" -S 2>/dev/null; done | grep -E "DOCKER|$guard|$bridge" || true)
     [[ -n $r ]] && left+=("iptables: $(echo "$r" | tr '\n' ';')")
   fi
+  # BPF programs and maps are the kernel's, not a namespace's: a Cilium agent
+  # in a node (make e2e-cilium) loads them, and they must go with the node.
+  if command -v bpftool >/dev/null; then
+    local p
+    p=$(bpftool prog show 2>/dev/null | awk '$3 == "name" && $4 ~ /^cil_/ {print $4}'; bpftool map show 2>/dev/null | awk '$3 == "name" && $4 ~ /^cilium_/ {print $4}')
+    [[ -n $p ]] && left+=("BPF programs and maps: $(echo "$p" | sort | uniq -c | awk '{print $2 " x" $1}' | tr '\n' ' ')")
+  else
+    left+=("bpftool is missing, so BPF programs cannot be checked (hack/kind/setup.sh installs it)")
+  fi
   for h in /sys/fs/cgroup/*/docker; do
     [[ -d $h ]] && ! existed "$h" && left+=("cgroup $h")
   done
@@ -260,7 +269,7 @@ check() {
     printf 'engine: left behind: %s\n' "${left[@]}" >&2
     return 1
   fi
-  say "clean: no process, mount, link, iptables rule or state of the engine left"
+  say "clean: no process, mount, link, iptables rule, BPF program or state of the engine left"
 }
 
 case ${1:-} in

@@ -27,7 +27,7 @@ if [[ ${1:-} == --base ]]; then
 elif docker info >/dev/null 2>&1; then
   exit 0
 else
-  packages=(docker.io iptables)
+  packages=(docker.io iptables bpftool)
   need_engine=1
 fi
 

@@ -4,7 +4,6 @@
 //	devcluster up     start in the background; writes .dev/kubeconfig
 //	devcluster down   stop what up started and check nothing is left
 //	devcluster run    start, print commands to try, stop on Ctrl-C
-//	devcluster demo   scripted walk-through; exits 1 on a wrong verdict
 //
 // The kubeconfig has one context per production identity: admin, host,
 // other-host, operator and break-glass.
@@ -26,15 +25,13 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
 )
 
-const usage = `usage: devcluster up|down|run|demo
+const usage = `usage: devcluster up|down|run
 
   up    start the local control plane with the bundle in the background;
         writes .dev/kubeconfig (contexts admin, host, other-host, operator,
         break-glass); state, logs and pids under .dev/
   down  stop everything up started; fails if a process is left
   run   like up, in the foreground: prints commands to try, stops on Ctrl-C
-  demo  scripted walk-through on a fresh control plane; each step prints its
-        verdict; exits 1 when any verdict is wrong
 `
 
 // pidFile records what `up` started, for `down`.
@@ -73,8 +70,6 @@ func main() {
 		err = d.down()
 	case "run":
 		err = d.run()
-	case "demo":
-		err = d.demo()
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
