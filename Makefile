@@ -339,6 +339,7 @@ e2e-cilium: tools image helm testreport upstream-crds ## kind with Cilium from t
 	CILIUM_IMAGE=$(CILIUM_IMAGE) hack/kind/cilium.sh
 	cd e2e && $(BIN)/harness/image -pkg ./cmd/netfixture -entrypoint /netfixture -user "" -title netfixture \
 	  -tag sandbox-fence.local/netfixture:dev -out $(BIN)/netfixture-image.tar
+	$(GO) -C e2e mod download sigs.k8s.io/agent-sandbox
 	SANDBOX_FENCE_UPSTREAM_CRDS=$$($(GO) -C e2e list -m -f '{{.Dir}}' sigs.k8s.io/agent-sandbox)/k8s/crds \
 	  KIND_CNI=cilium E2E_TAGS=e2e,cilium E2E_REPORT=e2e-cilium E2E_GO_RUN='^TestDatapath' \
 	  E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) E2E_TIMEOUT=$(KIND_E2E_TIMEOUT) hack/kind/e2e.sh

@@ -194,7 +194,20 @@ func startFixtures(t *testing.T, ctx context.Context) (dns fixture, echoes []fix
 	// The image: into the engine for the fixtures, into every node's
 	// containerd for the pods (what kind load image-archive does).
 	archive := filepath.Join(repoRoot(t), "bin", "netfixture-image.tar")
+	// Cleanups run last first: the containers go, then the image, then the
+	// check that neither is left (on an engine the harness does not own,
+	// nothing else would remove them).
+	t.Cleanup(func() {
+		cli := provider.EngineCLI()
+		if out, _ := exec.Command(cli, "ps", "-aq", "--filter", "label=sandbox-fence-datapath=1").Output(); len(bytes.TrimSpace(out)) > 0 {
+			t.Errorf("fixture containers left after the test: %s", out)
+		}
+		if exec.Command(cli, "image", "inspect", fixtureImage).Run() == nil {
+			t.Errorf("the fixture image %s is left in the engine", fixtureImage)
+		}
+	})
 	engine(t, ctx, "load", "-i", archive)
+	t.Cleanup(func() { _, _ = exec.Command(provider.EngineCLI(), "rmi", "-f", fixtureImage).CombinedOutput() })
 	clusterName := os.Getenv(provider.EnvKindCluster)
 	if clusterName == "" {
 		clusterName = "sandbox-fence"
@@ -221,11 +234,6 @@ func startFixtures(t *testing.T, ctx context.Context) (dns fixture, echoes []fix
 		t.Cleanup(func() { _, _ = exec.Command(provider.EngineCLI(), "rm", "-f", c).CombinedOutput() })
 		engine(t, ctx, append([]string{"run", "-d", "--name", c, "--label", "sandbox-fence-datapath=1", "--network", "kind", "--ip", f.ip, fixtureImage}, args...)...)
 	}
-	t.Cleanup(func() {
-		if out, _ := exec.Command(provider.EngineCLI(), "ps", "-aq", "--filter", "label=sandbox-fence-datapath=1").Output(); len(bytes.TrimSpace(out)) > 0 {
-			t.Errorf("fixture containers left after the test: %s", out)
-		}
-	})
 	run(dns, records...)
 	for _, e := range echoes {
 		run(e, "echo", e.name)

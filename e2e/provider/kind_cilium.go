@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandbox-fence/sandbox-fence/internal/testing/upstream"
@@ -42,16 +43,38 @@ func (k *Kind) installCilium(ctx context.Context) error {
 		return fmt.Errorf("cilium: %w", err)
 	}
 	crds := filepath.Dir(filepath.Dir(cnpCRD))
-	for _, args := range [][]string{
-		{"apply", "--server-side", "--force-conflicts", "-f", filepath.Join(crds, "v2"), "-f", filepath.Join(crds, "v2alpha1"), "-f", manifest},
-		{"-n", "kube-system", "rollout", "status", "daemonset/cilium", "--timeout=5m"},
-		{"wait", "--for=condition=Ready", "node", "--all", "--timeout=3m"},
-	} {
+	kubectl := func(args ...string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(k.BinDir, "kubectl"), append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("cilium: kubectl %v: %w\n%s", args, err, out)
-		}
+		return cmd.CombinedOutput()
+	}
+	if out, err := kubectl("apply", "--server-side", "--force-conflicts", "-f", filepath.Join(crds, "v2"),
+		"-f", filepath.Join(crds, "v2alpha1"), "-f", manifest); err != nil {
+		return fmt.Errorf("cilium: applying its CRDs and %s: %w\n%s", manifest, err, out)
+	}
+	if _, err := kubectl("-n", "kube-system", "rollout", "status", "daemonset/cilium", "--timeout=5m"); err != nil {
+		// One line: the agent's own first fatal (else error) message names
+		// what it lacked, a kernel feature or a BPF program it could not
+		// compile.
+		logs, _ := kubectl("-n", "kube-system", "logs", "-l", "k8s-app=cilium", "--prefix", "--tail=500", "--previous")
+		now, _ := kubectl("-n", "kube-system", "logs", "-l", "k8s-app=cilium", "--prefix", "--tail=500")
+		return fmt.Errorf("cilium: the agent did not become ready on every node in 5m: %s", firstAgentFailure(string(logs)+string(now)))
+	}
+	if out, err := kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=3m"); err != nil {
+		return fmt.Errorf("cilium: nodes not Ready with the agent running: %w\n%s", err, out)
 	}
 	k.Logf("kind: Cilium runs on every node (%s)", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// firstAgentFailure is the first level=fatal line of the agents' logs, else
+// the first level=error line, else a pointer to the exported logs.
+func firstAgentFailure(logs string) string {
+	for _, level := range []string{"level=fatal", "level=error"} {
+		for _, line := range strings.Split(logs, "\n") {
+			if strings.Contains(line, level) {
+				return strings.TrimSpace(line)
+			}
+		}
+	}
+	return "no error in its log (kind export logs, in $E2E_ARTIFACTS, holds the rest)"
 }

@@ -312,3 +312,15 @@ func TestProviderIsChosenExplicitly(t *testing.T) {
 		})
 	}
 }
+
+// The agent's fatal line (here from an image without ipset) is the one line
+// make e2e-cilium reports when Cilium does not start.
+func TestFirstAgentFailureNamesWhatTheAgentLacked(t *testing.T) {
+	logs := `[pod/cilium-vvtcw/cilium-agent] time=2026-12-06T21:18:28Z level=warn msg="Failed to probe kernel support for BIG TCP"
+[pod/cilium-vvtcw/cilium-agent] time=2026-12-06T21:18:28Z level=error msg="Start hook failed" error="error while creating ipset cilium_node_set_v4"
+[pod/cilium-vvtcw/cilium-agent] time=2026-12-06T21:18:30Z level=fatal msg="unable to run agent: failed to start: error while creating ipset cilium_node_set_v4" subsys=daemon`
+	want := `[pod/cilium-vvtcw/cilium-agent] time=2026-12-06T21:18:30Z level=fatal msg="unable to run agent: failed to start: error while creating ipset cilium_node_set_v4" subsys=daemon`
+	if got := firstAgentFailure(logs); got != want {
+		t.Errorf("firstAgentFailure = %q, want %q", got, want)
+	}
+}

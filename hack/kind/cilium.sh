@@ -40,7 +40,7 @@ version=$(awk '$1 == "github.com/cilium/cilium" {print $2}' "$reach"/go.mod)
 image=sandbox-fence.local/cilium:$version
 if [[ -n ${CILIUM_IMAGE:-} ]]; then
   [[ -f $bin/helm ]] || fail "bin/helm is missing (make helm)"
-  mod=$(cd "$reach" && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
+  mod=$(cd "$reach" && go mod download github.com/cilium/cilium && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
   rm -f "$bin"/cilium-image.tar "$stamp"
   "$bin"/helm template cilium "$mod"/install/kubernetes/cilium --namespace kube-system --kube-version 1.37.0 \
     -f "$values" --set image.override="$CILIUM_IMAGE" --set image.pullPolicy=IfNotPresent >"$bin"/cilium.yaml ||
@@ -58,7 +58,7 @@ fi
 # shellcheck source=rootfs.sh
 source "$root"/hack/kind/rootfs.sh
 
-mod=$(cd "$reach" && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
+mod=$(cd "$reach" && go mod download github.com/cilium/cilium && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
 [[ -d $mod/bpf && -d $mod/install/kubernetes/cilium ]] || fail "github.com/cilium/cilium $version has no bpf/ or chart in $mod"
 
 start=$SECONDS

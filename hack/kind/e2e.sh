@@ -20,7 +20,9 @@
 # Usage: hack/kind/e2e.sh [node-image]   (node-image: the first two phases only)
 # E2E_GO_RUN, when set, is go test's -run: a subset of the suite while working
 # on it (hack/testreport then reports the allowed skips of the cases not run
-# as no longer skipping; a full run, as CI's, sets nothing).
+# as no longer skipping; a full run, as CI's, sets nothing). E2E_TAGS (default
+# e2e) and E2E_REPORT (default e2e-kind, the run's name in hack/testreport and
+# in bin/) are make e2e-cilium's: build tags e2e,cilium, report e2e-cilium.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -91,7 +93,6 @@ fi
 
 phase=cluster
 t=$SECONDS
-# make e2e-cilium: its build tags and its own report (E2E_TAGS, E2E_REPORT).
 tags=${E2E_TAGS:-e2e}
 report=${E2E_REPORT:-e2e-kind}
 E2E_PROVIDER=kind E2E_IMAGE_ARCHIVE=${E2E_IMAGE_ARCHIVE:-$root/bin/webhook-image.tar} E2E_ARTIFACTS=$artifacts \
