@@ -32,6 +32,7 @@ E2E_TIMEOUT ?= 25m
 KIND_E2E_TIMEOUT ?= 40m
 # make e2e-cilium: a Cilium image the nodes pull instead of one built from the module (hack/kind/cilium.sh).
 CILIUM_IMAGE ?=
+AGENT_SANDBOX_VERSION := v1.0.1
 SOAK_TIMEOUT ?= 15m
 CILIUM_FUZZ_TIME ?= 1h
 # The Kubernetes release the suite's control plane runs: the pinned one
@@ -332,15 +333,16 @@ e2e-kind: tools image helm testreport upstream-crds ## kind cluster from kind.ya
 # by hack/kind/cilium.sh (CILIUM_IMAGE=<image>: that image, pulled), and
 # e2e/datapath_test.go, which measures what sandbox pods reach and compares
 # it with the contract and with ciliumreach's prediction (docs/e2e.md).
-# agent-sandbox's controller makes the pods from Sandboxes, so the cluster
-# gets agent-sandbox's own CRDs (the release e2e/go.mod names).
+# agent-sandbox's controller (AGENT_SANDBOX_VERSION, built as its release's
+# go.mod says, by go install) makes the pods from Sandboxes, and the cluster
+# gets that release's own CRDs.
 .PHONY: e2e-cilium
 e2e-cilium: tools image helm testreport upstream-crds ## kind with Cilium from the Go module as the CNI; sandbox pods' reach measured on the wire against Cilium's prediction (docs/e2e.md).
 	CILIUM_IMAGE=$(CILIUM_IMAGE) hack/kind/cilium.sh
 	cd e2e && $(BIN)/harness/image -pkg ./cmd/netfixture -entrypoint /netfixture -user "" -title netfixture \
 	  -tag sandbox-fence.local/netfixture:dev -out $(BIN)/netfixture-image.tar
-	$(GO) -C e2e mod download sigs.k8s.io/agent-sandbox
-	SANDBOX_FENCE_UPSTREAM_CRDS=$$($(GO) -C e2e list -m -f '{{.Dir}}' sigs.k8s.io/agent-sandbox)/k8s/crds \
+	GOBIN=$(BIN) $(GO) install sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller@$(AGENT_SANDBOX_VERSION)
+	SANDBOX_FENCE_UPSTREAM_CRDS=$$($(GO) mod download -json sigs.k8s.io/agent-sandbox@$(AGENT_SANDBOX_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')/k8s/crds \
 	  KIND_CNI=cilium E2E_TAGS=e2e,cilium E2E_REPORT=e2e-cilium E2E_GO_RUN='^TestDatapath' \
 	  E2E_IMAGE_ARCHIVE=$(IMAGE_TAR) KIND_CLUSTER=$(KIND_CLUSTER) E2E_TIMEOUT=$(KIND_E2E_TIMEOUT) hack/kind/e2e.sh
 

@@ -72,7 +72,7 @@ func TestDatapathSandboxPodsReachTheirAllowlistAndDNSOnly(t *testing.T) {
 	forwardTestZones(t, ctx, dns.ip)
 	standIn := echoes[len(echoes)-1]
 	baselinePath := denyStandIn(t, ctx, dir, standIn.ip)
-	startSandboxController(t, ctx, dir, kubeconfig)
+	startSandboxController(t, dir, kubeconfig)
 
 	// The pods: each host's sandboxes, created as a host creates them
 	// (pkg/fence), and a control pod in a namespace the fence does not
@@ -365,15 +365,14 @@ func denyStandIn(t *testing.T, ctx context.Context, dir, ip string) string {
 	return path
 }
 
-// startSandboxController runs agent-sandbox's controller (the release
-// e2e/go.mod names as a tool) against the cluster, so Sandboxes get their
-// pods as in a cluster that runs agent-sandbox; it is stopped, and checked
-// gone, at the end.
-func startSandboxController(t *testing.T, ctx context.Context, dir, kubeconfig string) {
-	bin := filepath.Join(dir, "agent-sandbox-controller")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building agent-sandbox's controller: %v\n%s", err, out)
+// startSandboxController runs agent-sandbox's controller (bin/, built by
+// make e2e-cilium from its release) against the cluster, so Sandboxes get
+// their pods as in a cluster that runs agent-sandbox; it is stopped, and
+// checked gone, at the end.
+func startSandboxController(t *testing.T, dir, kubeconfig string) {
+	bin := filepath.Join(repoRoot(t), "bin", "agent-sandbox-controller")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("agent-sandbox's controller: %v (make e2e-cilium builds it)", err)
 	}
 	logPath := filepath.Join(dir, "agent-sandbox-controller.log")
 	logFile, err := os.Create(logPath)
