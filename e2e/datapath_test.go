@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach/protocol"
@@ -69,7 +68,7 @@ func TestDatapathSandboxPodsReachTheirAllowlistAndDNSOnly(t *testing.T) {
 	}
 
 	dns, echoes := startFixtures(t, ctx)
-	forwardTestZones(t, ctx, dns.ip)
+	forwardTestZones(t, ctx, kubectl, kubeconfig, dns.ip)
 	standIn := echoes[len(echoes)-1]
 	baselinePath := denyStandIn(t, ctx, dir, standIn.ip)
 	startSandboxController(t, dir, kubeconfig)
@@ -262,7 +261,7 @@ func repoRoot(t *testing.T) string {
 // forwardTestZones makes the cluster's DNS forward the fixtures' zones to
 // the fixture DNS server, as a cluster forwards a private zone, and restarts
 // it so the change is live; the Corefile is put back at the end.
-func forwardTestZones(t *testing.T, ctx context.Context, server string) {
+func forwardTestZones(t *testing.T, ctx context.Context, kubectl, kubeconfig, server string) {
 	cms := env.Admin.Kube.CoreV1().ConfigMaps("kube-system")
 	cm, err := cms.Get(ctx, "coredns", metav1.GetOptions{})
 	if err != nil {
@@ -283,47 +282,21 @@ func forwardTestZones(t *testing.T, ctx context.Context, server string) {
 			t.Errorf("restoring CoreDNS's Corefile: %v", err)
 		}
 	})
-	restartCoreDNS(t, ctx)
+	restartCoreDNS(t, ctx, kubectl, kubeconfig)
 }
 
-func restartCoreDNS(t *testing.T, ctx context.Context) {
-	pods := env.Admin.Kube.CoreV1().Pods("kube-system")
-	sel := metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"}
-	old, err := pods.List(ctx, sel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := pods.List(ctx, sel)
-		if err != nil {
-			return false, nil
-		}
-		ready := 0
-		for _, p := range l.Items {
-			if slices.ContainsFunc(old.Items, func(o corev1.Pod) bool { return o.UID == p.UID }) {
-				return false, nil
-			}
-			if podReady(&p) {
-				ready++
-			}
-		}
-		return ready == len(old.Items), nil
-	})
-	if err != nil {
-		t.Fatalf("CoreDNS did not come back ready after the restart: %v", err)
-	}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+// restartCoreDNS restarts CoreDNS as kubectl does after a configuration
+// change, and waits for the rollout.
+func restartCoreDNS(t *testing.T, ctx context.Context, kubectl, kubeconfig string) {
+	for _, args := range [][]string{
+		{"rollout", "restart", "deployment/coredns"},
+		{"rollout", "status", "deployment/coredns", "--timeout=2m"},
+	} {
+		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig, "-n", "kube-system"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	return false
 }
 
 // denyStandIn adds the stand-in metadata address to the baseline's
@@ -433,22 +406,21 @@ func sandboxPod(t *testing.T, ctx context.Context, c *fence.Client, ns, n string
 		}
 	}
 	var pod *corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = framework.Eventually(ctx, 3*time.Minute, time.Second, fmt.Sprintf("Sandbox %s/%s's pod running", ns, n), func(ctx context.Context) (bool, string, error) {
 		l, err := env.Admin.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, nil
+			return false, err.Error(), nil
 		}
 		for i := range l.Items {
-			p := &l.Items[i]
-			if slices.ContainsFunc(p.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == owner.GetUID() }) {
+			if p := &l.Items[i]; slices.ContainsFunc(p.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == owner.GetUID() }) {
 				pod = p
-				return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+				return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", podState(p), nil
 			}
 		}
-		return false, nil
+		return false, "no pod from agent-sandbox's controller yet", nil
 	})
 	if err != nil {
-		t.Fatalf("Sandbox %s/%s: no running pod from agent-sandbox's controller: %v (last seen: %v)", ns, n, err, podState(pod))
+		t.Fatal(err)
 	}
 	return sandbox{owner: owner, pod: pod}
 }
@@ -486,16 +458,16 @@ func controlPod(t *testing.T, ctx context.Context) *corev1.Pod {
 	if _, err := env.Admin.Kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := framework.Eventually(ctx, 3*time.Minute, time.Second, "the control pod running", func(ctx context.Context) (bool, string, error) {
 		p, err := env.Admin.Kube.CoreV1().Pods(ns).Get(ctx, "control", metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, err.Error(), nil
 		}
 		pod = p
-		return p.Status.Phase == corev1.PodRunning, nil
+		return p.Status.Phase == corev1.PodRunning, podState(p), nil
 	})
 	if err != nil {
-		t.Fatalf("control pod: %v", err)
+		t.Fatal(err)
 	}
 	return pod
 }
@@ -631,8 +603,9 @@ func measure(ctx context.Context, kubectl, kubeconfig string, pod *corev1.Pod, t
 	}
 	var last []cell
 	agreed := 0
-	deadline := time.Now().Add(90 * time.Second)
-	for agreed < 3 && time.Now().Before(deadline) {
+	// The error is the timeout: the last round, which then disagrees, is the
+	// measurement the caller reports.
+	_ = framework.Eventually(ctx, 90*time.Second, time.Second, "reach of "+pod.Name, func(ctx context.Context) (bool, string, error) {
 		out, err := exec.CommandContext(ctx, kubectl, args...).Output()
 		last = make([]cell, len(targets))
 		if err == nil {
@@ -649,9 +622,9 @@ func measure(ctx context.Context, kubectl, kubeconfig string, pod *corev1.Pod, t
 			agreed++
 		} else {
 			agreed = 0
-			time.Sleep(time.Second)
 		}
-	}
+		return agreed == 3, "", nil
+	})
 	return last
 }
 

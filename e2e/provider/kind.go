@@ -133,8 +133,9 @@ failCgroupV1: false
 // as users run it, plus only what this host needs. On a cgroup v1 host the
 // kubelets get failCgroupV1: false; with an offline node image every node
 // runs it and kind's default CNI is off (its image is pulled from a
-// registry), the provider's pod network standing in.
-func ClusterConfig(base *kindv1alpha4.Cluster, cgroup2 bool, nodeImage string) *kindv1alpha4.Cluster {
+// registry), the provider's pod network standing in. With cni (CNICilium)
+// kind's default CNI is off too, Cilium standing in.
+func ClusterConfig(base *kindv1alpha4.Cluster, cgroup2 bool, nodeImage, cni string) *kindv1alpha4.Cluster {
 	c := base.DeepCopy()
 	if !cgroup2 {
 		c.KubeadmConfigPatches = append(c.KubeadmConfigPatches, failCgroupV1Patch)
@@ -143,8 +144,8 @@ func ClusterConfig(base *kindv1alpha4.Cluster, cgroup2 bool, nodeImage string) *
 		for i := range c.Nodes {
 			c.Nodes[i].Image = nodeImage
 		}
-		c.Networking.DisableDefaultCNI = true
 	}
+	c.Networking.DisableDefaultCNI = nodeImage != "" || cni != ""
 	return c
 }
 
@@ -206,10 +207,7 @@ func (k *Kind) create() error {
 	if err != nil {
 		return fmt.Errorf("asking the container engine for its cgroup version: %w", err)
 	}
-	cfg := ClusterConfig(base, cgroup2, k.NodeImage)
-	if k.CNI == CNICilium {
-		cfg.Networking.DisableDefaultCNI = true
-	}
+	cfg := ClusterConfig(base, cgroup2, k.NodeImage, k.CNI)
 	if k.workDir, err = os.MkdirTemp("", "sandbox-fence-kind-"); err != nil {
 		return err
 	}

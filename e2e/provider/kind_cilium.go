@@ -59,8 +59,12 @@ func (k *Kind) installCilium(ctx context.Context) error {
 		now, _ := kubectl("-n", "kube-system", "logs", "-l", "k8s-app=cilium", "--prefix", "--tail=500")
 		return fmt.Errorf("cilium: the agent did not become ready on every node in 5m: %s", firstAgentFailure(string(logs)+string(now)))
 	}
-	if out, err := kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=3m"); err != nil {
-		return fmt.Errorf("cilium: nodes not Ready with the agent running: %w\n%s", err, out)
+	kc, err := k.kubeClient()
+	if err != nil {
+		return err
+	}
+	if err := waitNodesReady(ctx, kc, 3*time.Minute); err != nil {
+		return fmt.Errorf("cilium: %w", err)
 	}
 	k.Logf("kind: Cilium runs on every node (%s)", time.Since(start).Round(100*time.Millisecond))
 	return nil

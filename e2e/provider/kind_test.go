@@ -194,6 +194,7 @@ func TestClusterConfigAddsOnlyWhatTheHostNeeds(t *testing.T) {
 		name      string
 		cgroup2   bool
 		nodeImage string
+		cni       string
 		want      shape
 	}{
 		{name: "a cgroup v2 host with a registry gets kind.yaml unchanged", cgroup2: true,
@@ -202,10 +203,12 @@ func TestClusterConfigAddsOnlyWhatTheHostNeeds(t *testing.T) {
 			want: shape{Images: kindest, NodesCount: 3, Patches: []string{failCgroupV1Patch}}},
 		{name: "an offline node image runs on every node with kind's CNI off", cgroup2: true, nodeImage: "sf/node:x",
 			want: shape{Images: offline, NoCNI: true, NodesCount: 3}},
+		{name: "Cilium as the CNI turns kind's CNI off on kind.yaml's nodes", cgroup2: true, cni: CNICilium,
+			want: shape{Images: kindest, NoCNI: true, NodesCount: 3}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := summarize(ClusterConfig(base, tc.cgroup2, tc.nodeImage))
+			got := summarize(ClusterConfig(base, tc.cgroup2, tc.nodeImage, tc.cni))
 			if d := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); d != "" {
 				t.Errorf("cluster config (-want +got):\n%s", d)
 			}

@@ -78,11 +78,7 @@ func Routes(self string, all []nodeNet) [][]string {
 // node restarted (with a new address, maybe) puts everything right again.
 func (k *Kind) podNetwork(ctx context.Context) error {
 	start := time.Now()
-	cfg, err := contextConfig(k.kubeconfig, "")
-	if err != nil {
-		return err
-	}
-	kc, err := kubernetes.NewForConfig(cfg)
+	kc, err := k.kubeClient()
 	if err != nil {
 		return err
 	}
@@ -189,4 +185,13 @@ func waitNodesReady(ctx context.Context, kc kubernetes.Interface, timeout time.D
 		}
 		return true, ""
 	})
+}
+
+// kubeClient is the admin's client of the cluster, from kind's kubeconfig.
+func (k *Kind) kubeClient() (kubernetes.Interface, error) {
+	cfg, err := contextConfig(k.kubeconfig, "")
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
 }

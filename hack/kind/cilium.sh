@@ -38,16 +38,25 @@ fail() {
 version=$(awk '$1 == "github.com/cilium/cilium" {print $2}' "$reach"/go.mod)
 [[ -n $version ]] || fail "no github.com/cilium/cilium in $reach/go.mod"
 image=sandbox-fence.local/cilium:$version
-if [[ -n ${CILIUM_IMAGE:-} ]]; then
-  [[ -f $bin/helm ]] || fail "bin/helm is missing (make helm)"
-  mod=$(cd "$reach" && go mod download github.com/cilium/cilium && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
-  rm -f "$bin"/cilium-image.tar "$stamp"
+mod=$(cd "$reach" && go mod download github.com/cilium/cilium && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
+[[ -d $mod/bpf && -d $mod/install/kubernetes/cilium ]] || fail "github.com/cilium/cilium $version has no bpf/ or chart in $mod"
+
+# render IMAGE [--set ...]: Cilium's chart for IMAGE into bin/cilium.yaml.
+render() {
+  local img=$1
+  shift
+  echo "cilium: rendering the chart for $img with $values"
   "$bin"/helm template cilium "$mod"/install/kubernetes/cilium --namespace kube-system --kube-version 1.37.0 \
-    -f "$values" --set image.override="$CILIUM_IMAGE" --set image.pullPolicy=IfNotPresent >"$bin"/cilium.yaml ||
+    -f "$values" --set image.override="$img" "$@" >"$bin"/cilium.yaml ||
     fail "helm template of Cilium's chart failed (above)"
-  echo "cilium: bin/cilium.yaml for $CILIUM_IMAGE (pulled by the nodes; chart of $version)"
+}
+
+if [[ -n ${CILIUM_IMAGE:-} ]]; then
+  rm -f "$bin"/cilium-image.tar "$stamp"
+  render "$CILIUM_IMAGE" --set image.pullPolicy=IfNotPresent
   exit 0
 fi
+
 want=$(cat "${BASH_SOURCE[0]}" "$root"/hack/kind/rootfs.sh "$values" <(echo "$version") | sha256sum | cut -d' ' -f1)
 if [[ ${1:-} != -f && -f $stamp && $(cat "$stamp") == "$want" && -f $bin/cilium-image.tar && -f $bin/cilium.yaml ]]; then
   echo "cilium: up to date in $bin ($image)"
@@ -57,9 +66,6 @@ fi
 "$root"/hack/kind/setup.sh --base
 # shellcheck source=rootfs.sh
 source "$root"/hack/kind/rootfs.sh
-
-mod=$(cd "$reach" && go mod download github.com/cilium/cilium && go list -m -f '{{.Dir}}' github.com/cilium/cilium)
-[[ -d $mod/bpf && -d $mod/install/kubernetes/cilium ]] || fail "github.com/cilium/cilium $version has no bpf/ or chart in $mod"
 
 start=$SECONDS
 work=$(mktemp -d "${TMPDIR:-/tmp}"/sandbox-fence-cilium.XXXXXX)
@@ -103,10 +109,6 @@ echo "cilium: packing $image"
   -title cilium -version "$version" -tag "$image" -out "$bin"/cilium-image.tar ||
   fail "packing $image failed (above)"
 
-echo "cilium: rendering the chart with $values"
-"$bin"/helm template cilium "$mod"/install/kubernetes/cilium --namespace kube-system --kube-version 1.37.0 \
-  -f "$values" --set image.override="$image" >"$bin"/cilium.yaml ||
-  fail "helm template of Cilium's chart failed (above)"
-
+render "$image"
 echo "$want" >"$stamp"
 echo "cilium: $image and bin/cilium.yaml in $((SECONDS - start))s"
