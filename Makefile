@@ -33,6 +33,11 @@ KIND_E2E_TIMEOUT ?= 40m
 # make e2e-cilium: a Cilium image the nodes pull instead of one built from the module (hack/kind/cilium.sh).
 CILIUM_IMAGE ?=
 AGENT_SANDBOX_VERSION := v1.0.1
+# Tools built by go install <package>@<version> from the Go module proxy,
+# each with its own go.mod and go.sum (docs/modules.md).
+CONTROLLER_TOOLS_VERSION := v0.23.0
+PROMETHEUS_VERSION := v0.316.0
+KREW_VERSION := v0.4.3
 SOAK_TIMEOUT ?= 15m
 CILIUM_FUZZ_TIME ?= 1h
 # The Kubernetes release the suite's control plane runs: the pinned one
@@ -50,9 +55,10 @@ export E2E_PROVIDER
 E2E_RUN = $(if $(filter local,$(E2E_PROVIDER)),e2e,e2e-$(E2E_PROVIDER))
 
 # The repository's modules (docs/modules.md): the product (the root: api/,
-# pkg/, internal/, cmd/, policies/, config/) and the harness, e2e/ and hack/,
-# each a module of its own so that a host importing pkg/fence takes none of
-# the harness's dependencies (hack/consumer checks it). A go command for a
+# internal/, cmd/, policies/, config/; and pkg/fence, the host library, a
+# module of its own) and the harness, e2e/ and hack/, each a module of its
+# own so that a host importing pkg/fence takes only client-go and
+# apimachinery (hack/consumer checks it). A go command for a
 # harness package runs in its module's directory (go -C).
 HARNESS := e2e hack
 
@@ -88,7 +94,7 @@ help: ## Show this help.
 ##@ Test
 
 .PHONY: test
-test: test-env test-unit test-cilium test-chart fuzz e2e ## Everything: unit, policy, Cilium property, fuzz and end-to-end tests (the CI command).
+test: test-env test-unit test-cilium fuzz e2e ## Everything: unit, policy, Cilium property, fuzz and end-to-end tests (the CI command).
 
 .PHONY: test-env
 test-env: ## Refuse what would make make test check less than everything.
@@ -116,8 +122,8 @@ upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the t
 # tools: the tests render config/ with bin/kubectl's kustomize
 # (internal/testing.Kustomize); promtool runs the alerts' rule tests; krew
 # installs kubectl fence from a release (hack/release).
-test-unit: testreport upstream-crds tools promtool krew ## Unit and offline policy tests: go test ./... in the product module and the harness's (no cluster needed).
-	$(call gotest,test-unit,-count=1 -timeout 30m ./...,. $(HARNESS))
+test-unit: testreport upstream-crds tools promtool krew ## Unit and offline policy tests: go test ./... in the product's modules (the root, pkg/fence) and the harness's (no cluster needed).
+	$(call gotest,test-unit,-count=1 -timeout 30m ./...,. pkg/fence $(HARNESS))
 
 .PHONY: fuzz
 fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (testdata/fuzz/).
@@ -156,17 +162,17 @@ mutants-sample: upstream-crds ## A bounded sample of make mutants: MUTANTS_SAMPL
 lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C pkg/fence vet ./...
 	$(GO) -C e2e vet -tags e2e ./...
 	$(GO) -C e2e vet -tags e2e,cilium ./...
 	$(GO) -C e2e vet -tags soak ./soak/...
 	$(GO) -C hack vet ./...
 	$(GO) -C e2e/ciliumproof vet ./...
 	$(GO) -C e2e/ciliumproof/reach vet ./...
-	$(GO) -C hack/chart vet ./...
 
 # The modules make test builds (the peers' modules, hack/peers, only make
 # peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
-TIDY_MODULES := . $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/chart hack/tools/controller-gen hack/tools/etcd hack/tools/krew hack/tools/kubernetes hack/tools/promtool $(wildcard hack/tools/kubernetes-versions/v*)
+TIDY_MODULES := . pkg/fence $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/tools/kubernetes
 
 # controller-gen's generators: FenceConfig's deep copy and CRD, from the
 # markers on api/v1alpha1.
@@ -175,10 +181,10 @@ CONTROLLER_GEN_ARGS := object paths=./api/... crd:crdVersions=v1
 .PHONY: controller-gen
 controller-gen:
 	@mkdir -p $(BIN)
-	@$(GO) -C hack/tools/controller-gen build -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+	@GOBIN=$(BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 
 .PHONY: generate
-generate: controller-gen ## Regenerate FenceConfig's CRD (config/crd/bases) and deep copy (api/v1alpha1) from the markers on api/v1alpha1, with controller-gen (hack/tools/controller-gen).
+generate: controller-gen ## Regenerate FenceConfig's CRD (config/crd/bases) and deep copy (api/v1alpha1) from the markers on api/v1alpha1, with controller-gen (CONTROLLER_TOOLS_VERSION).
 	$(BIN)/controller-gen $(CONTROLLER_GEN_ARGS) output:crd:dir=config/crd/bases
 
 .PHONY: verify
@@ -186,8 +192,8 @@ generate: controller-gen ## Regenerate FenceConfig's CRD (config/crd/bases) and 
 # the tree: an uncommitted edit that the generator would write passes, a hand
 # edit of a generated file or a stale one fails. The generated files: the
 # CRD and deep copy (make generate), the chart (make chart; TestChartIsCurrent
-# in make test-chart holds it too), the pod-template hash vectors (go generate
-# ./pkg/fence, from Node).
+# in make test-unit holds it too), the pod-template hash vectors (go generate
+# in pkg/fence, from Node).
 verify: lint tools controller-gen ## Lint, then fail on go.mod/go.sum that are not tidy, on generated files (CRD, deep copy, chart, hash vectors) that differ from what their generators write, or a kustomization that does not render.
 	@for m in $(TIDY_MODULES); do \
 	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "make verify: $$m: go.mod or go.sum is not tidy (go mod tidy -diff above; run go mod tidy in $$m)" >&2; exit 1; }; done
@@ -199,7 +205,7 @@ verify: lint tools controller-gen ## Lint, then fail on go.mod/go.sum that are n
 	  (cd hack/chart && $(GO) run . -root ../.. -out $$gen/chart) >/dev/null && diff -ru charts/sandbox-fence $$gen/chart || { \
 	  echo "make verify: charts/sandbox-fence differs from what make chart writes from config/: run make chart and commit the result" >&2; exit 1; }
 	@node pkg/fence/testdata/gen_podtemplatehash_vectors.js | diff -u pkg/fence/testdata/podtemplatehash_vectors.jsonl - || { \
-	  echo "make verify: pkg/fence/testdata/podtemplatehash_vectors.jsonl differs from what Node computes: run go generate ./pkg/fence and commit the result" >&2; exit 1; }
+	  echo "make verify: pkg/fence/testdata/podtemplatehash_vectors.jsonl differs from what Node computes: run go -C pkg/fence generate . and commit the result" >&2; exit 1; }
 	$(KUBECTL) kustomize config/vap >/dev/null
 	$(KUBECTL) kustomize config/default >/dev/null
 
@@ -258,7 +264,8 @@ bench-peers: tools peers ## Sandbox-fence against Kyverno and Gatekeeper: the e2
 .PHONY: bench-micro
 bench-micro: ## Hot-path micro benchmarks: handler, validators, patch builder, hash, VAPs in process (ns/op, allocs/op, CEL cost).
 	@echo "load before: $$(cut -d' ' -f1-3 /proc/loadavg)"
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./pkg/fence/ ./internal/admit/ ./internal/webhook/ ./policies/
+	$(GO) -C pkg/fence test -run '^$$' -bench . -benchmem -count 1 .
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./internal/admit/ ./internal/webhook/ ./policies/
 	@echo "load after: $$(cut -d' ' -f1-3 /proc/loadavg)"
 
 ##@ Reliability
@@ -292,38 +299,33 @@ release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI in
 chart: ## Regenerate charts/sandbox-fence from config/ (hack/chart; TestChartIsCurrent fails on a stale chart).
 	cd hack/chart && $(GO) run . -root ../..
 
-.PHONY: test-chart
-test-chart: testreport tools ## The Helm chart against config/: generated, same objects as kustomize, lint clean (hack/chart, its own module).
-	$(call gotest,test-chart,-count=1 ./...,hack/chart)
-
 .PHONY: kind-load
 kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER).
 	kind load image-archive $(IMAGE_TAR) --name $(KIND_CLUSTER)
 
-# bin/promtool: Prometheus' promtool, compiled from the version
-# hack/tools/promtool pins (no binary is downloaded), without the service
+# bin/promtool: Prometheus' promtool, compiled from PROMETHEUS_VERSION's
+# module (no binary is downloaded), without the service
 # discovery plugins a rule test never uses (remove_all_sd; cold, it then
 # compiled in 2 min 44 s here, docs/e2e.md). TestAlertsPassPromtoolsRuleTests
 # runs the alerts' rule tests with it.
 .PHONY: promtool
-promtool: ## Build Prometheus' promtool from the Go module proxy (hack/tools/promtool) into bin/promtool.
-	@mkdir -p $(BIN)
-	$(GO) -C hack/tools/promtool build -tags remove_all_sd -o $(BIN)/promtool github.com/prometheus/prometheus/cmd/promtool
+promtool: ## Build Prometheus' promtool from the Go module proxy (PROMETHEUS_VERSION) into bin/promtool.
+	GOBIN=$(BIN) $(GO) install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION)
 
-# bin/krew: kubectl's plugin manager, compiled from the version
-# hack/tools/krew pins; the release test installs kubectl fence with it.
+# bin/krew: kubectl's plugin manager, compiled from KREW_VERSION's module
+# (its client-go v11.0.0+incompatible stays in its own graph); the release
+# test installs kubectl fence with it.
 .PHONY: krew
-krew: ## Build krew from the Go module proxy (hack/tools/krew) into bin/krew.
-	@mkdir -p $(BIN)
-	$(GO) -C hack/tools/krew build -o $(BIN)/krew sigs.k8s.io/krew/cmd/krew
+krew: ## Build krew from the Go module proxy (KREW_VERSION) into bin/krew.
+	GOBIN=$(BIN) $(GO) install sigs.k8s.io/krew/cmd/krew@$(KREW_VERSION)
 
 # bin/helm: Helm's own CLI, compiled from the helm.sh/helm/v3 version
-# hack/chart pins (no binary is downloaded); the lifecycle case installs,
+# the hack module pins (no binary is downloaded); the lifecycle case installs,
 # upgrades and uninstalls the release's chart with it.
 .PHONY: helm
-helm: ## Build Helm's CLI from the Go module proxy (the version hack/chart/go.mod pins) into bin/helm.
+helm: ## Build Helm's CLI from the Go module proxy (the version hack/go.mod pins) into bin/helm.
 	@mkdir -p $(BIN)
-	$(GO) -C hack/chart build -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
+	$(GO) -C hack build -o $(BIN)/helm helm.sh/helm/v3/cmd/helm
 
 .PHONY: e2e-kind
 e2e-kind: tools image helm testreport upstream-crds ## kind cluster from kind.yaml (3 nodes), config/default deployed, the suite with the in-cluster cases; starts its own engine when none answers (docs/e2e.md).

@@ -8,7 +8,9 @@ require (
 	github.com/google/cel-go v0.29.2
 	github.com/google/go-cmp v0.7.0
 	github.com/open-policy-agent/cert-controller v0.16.0
+	github.com/openreports/reports-api v0.2.1
 	github.com/prometheus/client_golang v1.24.0
+	github.com/sandbox-fence/sandbox-fence/pkg/fence v0.0.0-00010101000000-000000000000
 	github.com/spf13/cobra v1.10.2
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.2
@@ -22,8 +24,6 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/yaml v1.6.0
 )
-
-require github.com/openreports/reports-api v0.2.1
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -102,3 +102,9 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// The host library is a module of its own (docs/modules.md), built from this
+// checkout. A replace directive rules out go install of the product's
+// commands at a version: kubectl fence ships through krew and the release
+// archives instead (docs/kubectl-fence.md).
+replace github.com/sandbox-fence/sandbox-fence/pkg/fence => ./pkg/fence

@@ -6,6 +6,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/sandbox-fence/sandbox-fence v0.0.0-00010101000000-000000000000
+	github.com/sandbox-fence/sandbox-fence/pkg/fence v0.0.0-00010101000000-000000000000
 	golang.org/x/image v0.30.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -121,3 +122,5 @@ require (
 replace github.com/sandbox-fence/sandbox-fence => ../
 
 replace github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach => ./ciliumproof/reach
+
+replace github.com/sandbox-fence/sandbox-fence/pkg/fence => ../pkg/fence

@@ -5,8 +5,8 @@
 //
 // The CRD (config/crd/bases/fence.sandbox.namzu.ai_fenceconfigs.yaml) and the
 // deep-copy functions (zz_generated.deepcopy.go) are generated from these
-// types and their kubebuilder markers by controller-gen (make generate, from
-// hack/tools/controller-gen); make verify fails when either is stale. A
+// types and their kubebuilder markers by controller-gen (make generate, the
+// Makefile's CONTROLLER_TOOLS_VERSION); make verify fails when either is stale. A
 // type's doc comment is its field's description in the schema, which
 // kubectl explain prints: write it for the admin.
 //

@@ -287,7 +287,7 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Fprintf(&md, "Load average (1, 5, 15 min): %s at start, %s at the end.\n\n", loadStart, loadEnd)
 	if o.peers {
 		for _, n := range peers.Names {
-			fmt.Fprintf(&md, "%s %s, built from the Go module proxy (hack/peers/%s), its fence in e2e/bench/peers/%s.\n", n, engines[n].Version(), n, n)
+			fmt.Fprintf(&md, "%s %s, built from the Go module proxy (hack/peers/build.sh), its fence in e2e/bench/peers/%s.\n", n, engines[n].Version(), n)
 		}
 		md.WriteString("\n")
 		md.WriteString(costReport(wls, o.concurrency, configs, results, key, rss))

@@ -6,6 +6,7 @@ require (
 	github.com/cilium/cilium v1.20.2
 	github.com/sandbox-fence/sandbox-fence v0.0.0-00010101000000-000000000000
 	github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach v0.0.0-00010101000000-000000000000
+	github.com/sandbox-fence/sandbox-fence/pkg/fence v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
@@ -135,3 +136,5 @@ require (
 replace github.com/sandbox-fence/sandbox-fence => ../..
 
 replace github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach => ./reach
+
+replace github.com/sandbox-fence/sandbox-fence/pkg/fence => ../../pkg/fence

@@ -102,23 +102,21 @@ func Build(ctx context.Context, repoRoot string, names ...string) error {
 	return nil
 }
 
-// moduleDir is where the Go module cache holds the engine's source (its
-// CRDs are read from there: the same version as the binary).
+// moduleDir is where the Go module cache holds the engine's source at the
+// version built into bin/peers (its CRDs are read from there).
 func (e *Engine) moduleDir(ctx context.Context) (string, error) {
 	mod := "github.com/kyverno/kyverno"
 	if e.name == Gatekeeper {
 		mod = "github.com/open-policy-agent/gatekeeper/v3"
 	}
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-json", mod)
-	cmd.Dir = filepath.Join(e.repoRoot, "hack", "peers", e.name)
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod+"@"+e.Version())
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("go list -m %s (hack/peers/%s): %w", mod, e.name, err)
+		return "", fmt.Errorf("go mod download %s@%s (hack/peers/build.sh builds it): %w", mod, e.Version(), err)
 	}
 	var m struct{ Dir string }
 	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
-		return "", fmt.Errorf("go list -m %s: no module directory (%v)", mod, err)
+		return "", fmt.Errorf("go mod download %s: no module directory (%v)", mod, err)
 	}
 	return m.Dir, nil
 }

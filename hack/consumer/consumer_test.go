@@ -1,14 +1,14 @@
-// Package consumer_test is a host's view of the product module: a throwaway
-// module that imports pkg/fence, tidied as a host would tidy it, whose module
-// graph must hold nothing that only the harness (e2e/ and hack/, modules of
-// their own) needs.
+// Package consumer_test is a host's view of pkg/fence, the host library: a
+// throwaway module that imports it, tidied as a host would tidy it, whose
+// module graph must hold nothing of the webhook's, the policies' tests' or
+// the harness's dependencies.
 //
 // Why the graph and not go.sum: module graph pruning keeps a host's go.sum
-// small whatever the product module requires, but every module in the
-// product's go.mod still takes part in the host's version selection, so a
-// harness dependency there (kind, go-containerregistry, kustomize) would
-// raise the versions of what the host builds with and lists in `go list -m
-// all`, in its vulnerability reports and its licence checks.
+// small whatever pkg/fence requires, but every module in pkg/fence's go.mod
+// still takes part in the host's version selection, so a heavy dependency
+// there (k8s.io/apiserver, cel-go, kind) would raise the versions of what
+// the host builds with and lists in `go list -m all`, in its vulnerability
+// reports and its licence checks.
 package consumer_test
 
 import (
@@ -22,94 +22,70 @@ import (
 	"testing"
 )
 
-// rootModule is the product module's path.
-const rootModule = "github.com/sandbox-fence/sandbox-fence"
+// fenceModule is the host library's module path.
+const fenceModule = "github.com/sandbox-fence/sandbox-fence/pkg/fence"
 
-// harnessOnly names the harness's heaviest dependencies. Each must stay out
-// of a host's graph even if the product module ever came to require it (the
-// computed difference below would then no longer count it as the
-// harness's).
-var harnessOnly = []string{
+// heavy names what a host must never take: the product module itself (the
+// webhook, kubectl fence, the policies' tests), what it alone builds with,
+// and the harness's heaviest dependencies.
+var heavy = []string{
+	"github.com/sandbox-fence/sandbox-fence", // the product module
+	"k8s.io/apiserver",                       // the policies' offline evaluator (internal/vapeval)
+	"github.com/google/cel-go",
+	"sigs.k8s.io/controller-runtime",         // the webhook
 	"sigs.k8s.io/kind",                       // the kind provider (e2e/provider)
 	"github.com/google/go-containerregistry", // the daemonless image builder (hack/image)
-	"golang.org/x/image",                     // the benchmark charts (e2e/bench/chart)
 	"sigs.k8s.io/kustomize/api",              // rendering config/ (hack/release, hack/chart)
-	"sigs.k8s.io/kustomize/kyaml",
-	"helm.sh/helm/v3",          // the chart's test (hack/chart)
-	"github.com/cilium/cilium", // the egress proof (e2e/ciliumproof)
+	"helm.sh/helm/v3",                        // the chart's tests (hack/chart)
+	"github.com/cilium/cilium",               // the egress proof (e2e/ciliumproof)
 }
 
-// harnessModules are the directories, from the repository root, of the
-// modules that only the project's own tests and tools build and whose whole
-// graph the module proxy serves. e2e/ciliumproof's does not (Cilium's graph
-// names module versions the proxy refuses; its build needs only the
-// pruned part), so Cilium is named above instead.
-var harnessModules = []string{"e2e", "hack", "hack/chart"}
-
-func TestAHostImportingPkgFenceTakesNoHarnessModule(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+func TestAHostImportingPkgFenceTakesOnlyClientGoAndApimachinery(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", "pkg", "fence"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	host := t.TempDir()
 	write(t, filepath.Join(host, "go.mod"), "module example.com/host\n\ngo 1.26.0\n\n"+
-		"require "+rootModule+" v0.0.0-00010101000000-000000000000\n\n"+
-		"replace "+rootModule+" => "+root+"\n")
-	// What a host does with the package: build the patch that stamps a
-	// Sandbox, parse an epoch.
+		"require "+fenceModule+" v0.0.0-00010101000000-000000000000\n\n"+
+		"replace "+fenceModule+" => "+dir+"\n")
+	// What a host uses: the Client, the Lease take-over, the fake for its
+	// own tests.
 	write(t, filepath.Join(host, "main.go"), `package main
 
 import (
 	"fmt"
 
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence/fencelease"
+	"github.com/sandbox-fence/sandbox-fence/pkg/fence/fencetest"
 )
 
 func main() {
-	e, err := fence.ParseEpoch("7")
-	fmt.Println(e, err)
+	var c fence.Interface = &fencetest.Fake{}
+	fmt.Println(c, fencelease.TakeOver)
 }
 `)
 	goCmd(t, host, "mod", "tidy")
 	got := modules(t, host)
-	if !slices.Contains(got, rootModule) {
-		t.Fatalf("the host's graph lacks %s itself: the throwaway module did not import it\n%s", rootModule, strings.Join(got, "\n"))
-	}
-
-	product := map[string]bool{}
-	for _, m := range modules(t, root) {
-		product[m] = true
-	}
-	why := map[string]string{}
-	for _, m := range harnessOnly {
-		why[m] = "named as the harness's"
-	}
-	for _, dir := range harnessModules {
-		for _, m := range modules(t, filepath.Join(root, dir)) {
-			if !product[m] && !strings.HasPrefix(m, rootModule+"/") {
-				if _, ok := why[m]; !ok {
-					why[m] = "required only through " + dir + "/go.mod"
-				}
-			}
+	for _, want := range []string{fenceModule, "k8s.io/client-go"} {
+		if !slices.Contains(got, want) {
+			t.Fatalf("the host's graph lacks %s: the throwaway module did not import pkg/fence\n%s", want, strings.Join(got, "\n"))
 		}
-	}
-	if len(why) == len(harnessOnly) {
-		t.Fatalf("no module is the harness's alone: the harness modules %v were not read", harnessModules)
 	}
 	var leaks []string
 	for _, m := range got {
-		if w, ok := why[m]; ok {
-			leaks = append(leaks, m+" ("+w+")")
+		if slices.Contains(heavy, m) {
+			leaks = append(leaks, m)
 		}
 	}
 	sort.Strings(leaks)
 	if len(leaks) > 0 {
-		t.Errorf("a host that imports pkg/fence has %d of the harness's modules in its module graph (go list -m all):\n  %s\n"+
-			"the product module (%s/go.mod) requires them: move what imports them into e2e/ or hack/, "+
-			"then go mod tidy in the root (go mod why -m <module> names the importer)",
-			len(leaks), strings.Join(leaks, "\n  "), root)
+		t.Errorf("a host that imports pkg/fence has %d heavy modules in its module graph (go list -m all):\n  %s\n"+
+			"pkg/fence/go.mod requires them: move what imports them out of pkg/fence, then go mod tidy there "+
+			"(go mod why -m <module> names the importer)", len(leaks), strings.Join(leaks, "\n  "))
 	}
-	t.Logf("the host's graph: %d modules; the harness's alone: %d", len(got), len(why))
+	t.Logf("the host's graph: %d modules", len(got))
 }
 
 func write(t *testing.T, path, s string) {

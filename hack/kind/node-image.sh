@@ -44,7 +44,6 @@ docker info >/dev/null 2>&1 || fail "no container engine at ${DOCKER_HOST:-the d
 
 inputs() {
   cat "$kmod"/go.mod "$kmod"/go.sum "$kmod"/coredns/main.go "$root"/hack/tools/k8s-version.sh \
-    "$root"/hack/tools/etcd/go.mod "$root"/hack/tools/etcd/go.sum \
     "${BASH_SOURCE[0]}" "$root"/hack/image/main.go "$root"/hack/kind/pause/main.go "$bin"/.kind-base.stamp
 }
 want=$(inputs | sha256sum | cut -d' ' -f1)
@@ -108,7 +107,7 @@ for image in "${images[@]}"; do
     pack "$image" -bin "$bin/$name" -entrypoint "/usr/local/bin/$name" -user "" -env "$path" -tree "$work"/kube-proxy-tree
     ;;
   etcd)
-    # The project's etcd (hack/tools/etcd, the local control plane's) under
+    # The project's etcd (hack/tools/kubernetes', the local control plane's) under
     # the tag kubeadm asks for.
     pack "$image" -bin "$bin"/etcd -entrypoint /usr/local/bin/etcd -user "" -env "$path"
     ;;

@@ -386,12 +386,15 @@ func spdx(version, image, modcache string, created time.Time, bins map[string]st
 	var pkgs []pkg
 	var rels []rel
 	for i, m := range mods {
-		for m.Replace != nil {
+		// A module replaced by a directory (pkg/fence, the host library) is
+		// built from the checkout, as the main module is: (devel).
+		fromCheckout := i == 0 || m.Replace != nil && m.Replace.Version == ""
+		for m.Replace != nil && m.Replace.Version != "" {
 			m = m.Replace
 		}
 		v := m.Version
-		if i == 0 {
-			v = version // the main module is built from the checkout: (devel)
+		if fromCheckout {
+			v = version
 		}
 		p := pkg{
 			Name:             m.Path,
@@ -404,7 +407,7 @@ func spdx(version, image, modcache string, created time.Time, bins map[string]st
 				Locator: "pkg:golang/" + m.Path + "@" + v,
 			}},
 		}
-		if m.Sum != "" {
+		if m.Sum != "" && !fromCheckout {
 			// The go.sum hash (h1) is a SHA-256 of the module's file list,
 			// no hash of any file: SPDX has no algorithm for it, so it is a
 			// comment, and the checksum is that of the zip the module proxy
@@ -416,6 +419,9 @@ func spdx(version, image, modcache string, created time.Time, bins map[string]st
 			p.DownloadLocation = zip
 			p.Checksums = []checksum{{"SHA256", sum}}
 			p.Comment = "go.sum hash " + m.Sum
+		}
+		if fromCheckout {
+			p.DownloadLocation = "git+https://github.com/sandbox-fence/sandbox-fence@" + version
 		}
 		if i == 0 {
 			p.Comment = "the webhook (cmd/webhook), image " + image + "; Go " + info.GoVersion

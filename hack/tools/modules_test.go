@@ -26,14 +26,14 @@ import (
 
 // nested names each module that compiles packages beside the root module
 // (directory from the repository root) and the packages it builds. Left
-// out: hack/tools/controller-gen, whose controller-tools v0.23.0 needs
-// golang.org/x/tools v0.51 and with it golang.org/x/net v0.59, above what
-// the product builds with; only make generate and make verify build it.
+// out: controller-gen, promtool and krew, which make builds with go install
+// <package>@<version>, each on its own go.mod, and e2e/ciliumproof/reach, on
+// Cilium's k8s.io.
 var nested = []struct{ dir, pkgs string }{
+	{"pkg/fence", "./..."},            // the host library (a module of its own)
 	{"e2e", "./..."},                  // the e2e suite, the benchmarks, devcluster (the harness)
-	{"hack", "./..."},                 // the image builder, release, testreport, mutants (the harness)
-	{"hack/tools/kubernetes", "tool"}, // the control plane and the node image's binaries
-	{"hack/chart", "./..."},           // the Helm chart (make test-chart, make release)
+	{"hack", "./..."},                 // the image builder, release, the chart, testreport, mutants (the harness)
+	{"hack/tools/kubernetes", "tool"}, // etcd, the control plane and the node image's binaries
 	{"e2e/ciliumproof", "./..."},      // the Cilium property test (make test-cilium)
 }
 

@@ -19,8 +19,7 @@ import (
 const Minimum = "v1.33.0"
 
 // OldestTested is the oldest release CI runs the end-to-end suite on (`make
-// e2e-oldest`, built from the Go module proxy; its tools module is committed
-// under hack/tools/kubernetes-versions/). It is a release of FirstWithoutCELRace's
+// e2e-oldest`, built from the Go module proxy by hack/tools/build.sh). It is a release of FirstWithoutCELRace's
 // minor, not of Minimum's: kube-apiserver before 1.36 can exit while the suite
 // changes the bundle's policies (FirstWithoutCELRace), so releases from
 // Minimum up to it install and compile the policies (the policy tests compile

@@ -1,21 +1,38 @@
 package fence
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/sandbox-fence/sandbox-fence/internal/testing/epochs"
 )
 
-// TestParseEpoch reads the committed corpus (pkg/fence/testdata/epochs.jsonl),
-// the same lines the holder-epoch policy's generated cases and the
-// differential fuzz target in policies/ use.
+// TestParseEpoch reads the committed corpus (testdata/epochs.jsonl), the
+// same lines the holder-epoch policy's generated cases and the differential
+// fuzz target in policies/ use; their loader (internal/testing/epochs, in
+// the product module) also checks the corpus's own consistency.
 func TestParseEpoch(t *testing.T) {
-	corpus, err := epochs.Load()
+	f, err := os.Open("testdata/epochs.jsonl")
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer f.Close()
+	type line struct {
+		Raw       string
+		Epoch     uint64
+		Malformed bool
+		Why       string
+	}
+	var corpus []line
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		var e line
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("testdata/epochs.jsonl line %d: %v", len(corpus)+1, err)
+		}
+		corpus = append(corpus, e)
 	}
 	var wellFormed, malformed int
 	for _, e := range corpus {

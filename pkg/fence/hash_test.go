@@ -85,7 +85,7 @@ func TestPodTemplateHashVectorsAreCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is stale: run `go generate ./pkg/fence` and commit it", vectorsFile)
+		t.Fatalf("%s is stale: run `go generate` in pkg/fence and commit it", vectorsFile)
 	}
 }
 

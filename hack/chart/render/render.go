@@ -1,6 +1,6 @@
-// Package render renders a chart the way `helm template --include-crds`
-// does, with Helm's own code and no cluster, for the chart's tests and
-// hack/chart/inspect.
+// Package render renders and lints a chart the way `helm template
+// --include-crds` and `helm lint` do, with Helm's own code and no cluster,
+// for the chart's tests and the release's (hack/release).
 package render
 
 import (
@@ -10,6 +10,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"sigs.k8s.io/yaml"
 )
 
@@ -48,4 +49,42 @@ func TemplateIn(ch *chart.Chart, namespace string, vals map[string]any, kubeVers
 		}
 	}
 	return out, nil
+}
+
+// LintPackage runs Helm's linter over a packaged chart (helm lint X.tgz) at
+// kubeVersion and returns every message above INFO.
+func LintPackage(pkg string, kubeVersion *chartutil.KubeVersion) []string {
+	l := action.NewLint()
+	l.Namespace, l.KubeVersion = "default", kubeVersion
+	res := l.Run([]string{pkg}, nil)
+	var bad []string
+	for _, m := range res.Messages {
+		if m.Severity > support.InfoSev {
+			bad = append(bad, m.Error())
+		}
+	}
+	for _, err := range res.Errors {
+		bad = append(bad, err.Error())
+	}
+	return bad
+}
+
+// Images lists the image of every init container and container in objs'
+// pod templates, in order.
+func Images(objs []map[string]any) []string {
+	var images []string
+	for _, m := range objs {
+		spec, _ := m["spec"].(map[string]any)
+		tmpl, _ := spec["template"].(map[string]any)
+		pod, _ := tmpl["spec"].(map[string]any)
+		for _, key := range []string{"initContainers", "containers"} {
+			cs, _ := pod[key].([]any)
+			for _, c := range cs {
+				if img, _ := c.(map[string]any)["image"].(string); img != "" {
+					images = append(images, img)
+				}
+			}
+		}
+	}
+	return images
 }

@@ -3,7 +3,7 @@
 // holder-epoch grammar that the Go parser's tests, the holder-epoch
 // policy's generated cases and the differential fuzz target all use.
 //
-// It imports nothing of this module, so pkg/fence's own tests can use it.
+// pkg/fence, a module of its own, reads the same file in its own test.
 package epochs
 
 import (
