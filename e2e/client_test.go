@@ -64,28 +64,28 @@ func TestHostLibraryLifeCycleAgainstTheFence(t *testing.T) {
 		_ = env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(ns).Delete(context.Background(), n, metav1.DeleteOptions{})
 	})
 
-	if _, err := c.CreateWorkspace(ctx, sbx, ptr(uint64(1))); err != nil {
+	if _, err := c.CreateWorkspace(ctx, sbx, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
 		t.Fatalf("create at epoch 1: %v", err)
 	}
-	if _, err := c.Suspend(ctx, ns, n, ptr(uint64(1))); err != nil {
+	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
 		t.Fatalf("suspend at epoch 1: %v", err)
 	}
-	if _, err := c.Resume(ctx, ns, n, ptr(uint64(2))); err != nil {
+	if _, err := c.Resume(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(2))}); err != nil {
 		t.Fatalf("resume at epoch 2 (a new holder): %v", err)
 	}
-	if _, err := c.Suspend(ctx, ns, n, ptr(uint64(1))); !errors.Is(err, fence.ErrStaleEpoch) {
+	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))}); !errors.Is(err, fence.ErrStaleEpoch) {
 		t.Fatalf("suspend by the old holder at epoch 1: want ErrStaleEpoch (refused before sending), got %v", err)
 	}
-	if _, err := c.Suspend(ctx, ns, n, nil); err != nil {
+	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{}); err != nil {
 		t.Fatalf("unfenced suspend of a fenced workspace: %v", err)
 	}
-	if _, err := c.Stamp(ctx, ns, n, ptr(uint64(3))); err != nil {
+	if _, err := c.Stamp(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
 		t.Fatalf("stamp at epoch 3: %v", err)
 	}
 	if got := epochOf(t, ns, n); got != "3" {
 		t.Errorf("stored epoch %q, want 3", got)
 	}
-	if err := c.Delete(ctx, ns, n, ptr(uint64(3))); err != nil {
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
 		t.Fatalf("fenced delete at epoch 3: %v", err)
 	}
 }
@@ -100,10 +100,10 @@ func TestStaleHolderLosesTheRaceOnTheServer(t *testing.T) {
 	sbx := sandboxWithEpoch(t, "1")
 	ns, n := sbx.GetNamespace(), sbx.GetName()
 	newHolder := func() error {
-		_, err := hostClient(t).Resume(ctx, ns, n, ptr(uint64(2)))
+		_, err := hostClient(t).Resume(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(2))})
 		return err
 	}
-	_, err := interleaved(t, env.Host, newHolder).Suspend(ctx, ns, n, ptr(uint64(1)))
+	_, err := interleaved(t, env.Host, newHolder).Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))})
 	if !errors.Is(err, fence.ErrStaleEpoch) {
 		t.Fatalf("old holder's suspend: want ErrStaleEpoch after the re-read, got %v", err)
 	}
@@ -123,7 +123,7 @@ func TestUnfencedWriteBetweenReadAndPatchDoesNotBreakAFencedWrite(t *testing.T) 
 	unfenced := func() error {
 		return patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`))
 	}
-	if _, err := interleaved(t, env.Host, unfenced).Suspend(ctx, ns, n, ptr(uint64(1))); err != nil {
+	if _, err := interleaved(t, env.Host, unfenced).Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
 		t.Fatalf("fenced suspend after an unfenced write: %v", err)
 	}
 	if got := epochOf(t, ns, n); got != "1" {
@@ -141,7 +141,7 @@ func TestMigrationRetriesWhenTheObjectMovedUnderIt(t *testing.T) {
 	unfenced := func() error {
 		return patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"spec":{"operatingMode":"Running"},"metadata":{"labels":{"touched":"yes"}}}`))
 	}
-	if _, err := interleaved(t, env.Host, unfenced).Suspend(ctx, ns, n, ptr(uint64(4))); err != nil {
+	if _, err := interleaved(t, env.Host, unfenced).Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(4))}); err != nil {
 		t.Fatalf("first fenced write on an unannotated object after a concurrent write: %v", err)
 	}
 	if got := epochOf(t, ns, n); got != "4" {

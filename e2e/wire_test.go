@@ -235,7 +235,7 @@ func TestFencedDeleteRetriesAfterAConflict(t *testing.T) {
 		return patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`))
 	}
 	c, codes := deleteInterleaved(t, env.Host, unfenced)
-	if err := c.Delete(ctx, ns, n, ptr(uint64(3))); err != nil {
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
 		t.Fatalf("fenced delete at epoch 3 after a concurrent unfenced write: %v", err)
 	}
 	if d := cmp.Diff([]int{http.StatusConflict, http.StatusOK}, codes()); d != "" {
@@ -244,7 +244,7 @@ func TestFencedDeleteRetriesAfterAConflict(t *testing.T) {
 	if _, err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(ns).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("sandbox still there after the retried delete (get: %v)", err)
 	}
-	if err := c.Delete(ctx, ns, n, ptr(uint64(3))); err != nil {
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
 		t.Errorf("deleting a Sandbox already gone: want success (404 counts as deleted), got %v", err)
 	}
 }
@@ -257,11 +257,11 @@ func TestFencedDeleteStopsWhenANewHolderMovedIn(t *testing.T) {
 	sbx := sandboxWithEpoch(t, "3")
 	ns, n := sbx.GetNamespace(), sbx.GetName()
 	newHolder := func() error {
-		_, err := hostClient(t).Stamp(ctx, ns, n, ptr(uint64(4)))
+		_, err := hostClient(t).Stamp(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(4))})
 		return err
 	}
 	c, codes := deleteInterleaved(t, env.Host, newHolder)
-	if err := c.Delete(ctx, ns, n, ptr(uint64(3))); !errors.Is(err, fence.ErrStaleEpoch) {
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); !errors.Is(err, fence.ErrStaleEpoch) {
 		t.Fatalf("old holder's fenced delete: want ErrStaleEpoch after the 409 and re-read, got %v", err)
 	}
 	if d := cmp.Diff([]int{http.StatusConflict}, codes()); d != "" {

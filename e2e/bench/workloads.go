@@ -101,7 +101,7 @@ func makeFixtures(ctx context.Context, env *framework.Env, hc *hostClients, work
 		name := fmt.Sprintf("bench-sbx-%02d", i)
 		epoch := uint64(1)
 		obj := framework.MakeSandbox(f.ns, name).PodLabel(fence.DefaultPerSandboxLabelKey, name).Obj()
-		if _, err := hc.fence.CreateWorkspace(ctx, obj, &epoch); err != nil {
+		if _, err := hc.fence.CreateWorkspace(ctx, obj, fence.WriteOptions{Epoch: &epoch}); err != nil {
 			return nil, fmt.Errorf("fixture %s: %w", name, err)
 		}
 		f.sandboxes = append(f.sandboxes, name)
@@ -134,12 +134,12 @@ func workloads(hc *hostClients, f *fixtures) []workload {
 			var err error
 			switch f.next(i) % 3 {
 			case 0:
-				_, err = hc.fence.Suspend(ctx, f.ns, name, &e)
+				_, err = hc.fence.Suspend(ctx, f.ns, name, fence.WriteOptions{Epoch: &e})
 			case 1:
-				_, err = hc.fence.Resume(ctx, f.ns, name, &e)
+				_, err = hc.fence.Resume(ctx, f.ns, name, fence.WriteOptions{Epoch: &e})
 			case 2:
 				e++
-				if _, err = hc.fence.Stamp(ctx, f.ns, name, &e); err == nil {
+				if _, err = hc.fence.Stamp(ctx, f.ns, name, fence.WriteOptions{Epoch: &e}); err == nil {
 					f.epochs[i] = e
 				}
 			}

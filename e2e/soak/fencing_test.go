@@ -144,7 +144,7 @@ func TestFencingSoak(t *testing.T) {
 		names[i] = fmt.Sprintf("%s-%d", run, i)
 		sbx := framework.MakeSandbox(ns, names[i]).Obj()
 		sbx.SetLabels(map[string]string{"sandbox-fence-soak": run})
-		if _, err := host.CreateWorkspace(ctx, sbx, ptr(uint64(1))); err != nil {
+		if _, err := host.CreateWorkspace(ctx, sbx, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
 			t.Fatalf("create %s at epoch 1: %v", names[i], err)
 		}
 		next[i].Store(1)
@@ -187,11 +187,11 @@ func TestFencingSoak(t *testing.T) {
 					c.clientWrites.Add(1)
 					switch rng.IntN(3) {
 					case 0:
-						out, err = host.Suspend(ctx, ns, name, &e)
+						out, err = host.Suspend(ctx, ns, name, fence.WriteOptions{Epoch: &e})
 					case 1:
-						out, err = host.Resume(ctx, ns, name, &e)
+						out, err = host.Resume(ctx, ns, name, fence.WriteOptions{Epoch: &e})
 					default:
-						out, err = host.Stamp(ctx, ns, name, &e)
+						out, err = host.Stamp(ctx, ns, name, fence.WriteOptions{Epoch: &e})
 					}
 				}
 				switch {

@@ -107,7 +107,7 @@ func unrelatedWriters(ctx context.Context, t *testing.T) []func(context.Context)
 		t.Fatalf("operator baseline policy: %v", err)
 	}
 	sbxName := "soak-unrelated-" + rand.String(5)
-	if _, err := fence.NewClient(env.Host.Dynamic, fence.Options{}).CreateWorkspace(ctx, framework.MakeSandbox(ns, sbxName).Obj(), ptr(uint64(1))); err != nil {
+	if _, err := fence.NewClient(env.Host.Dynamic, fence.Options{}).CreateWorkspace(ctx, framework.MakeSandbox(ns, sbxName).Obj(), fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
 		t.Fatalf("host sandbox: %v", err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "soak-unrelated-" + rand.String(5), Namespace: "default"}}

@@ -55,14 +55,23 @@ var DefaultRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jit
 // ErrGone, ErrFenceNotInstalled, ErrReadBackMismatch) or are an
 // *AdmissionDeniedError; the API error stays reachable with errors.As.
 //
-// Every method takes the held epoch the same way, as *uint64 (ptr.To from
-// k8s.io/utils/ptr builds one): nil sends the unfenced request the host
-// always sent, which the server admits without looking at
-// epochs. Stamp, whose whole job is the epoch, refuses nil.
+// Every Sandbox write and delete takes the held epoch the same way, in
+// WriteOptions.
 type Client struct {
 	dyn         dynamic.Interface
 	opts        Options
 	fenceExists atomic.Bool
+}
+
+// WriteOptions are the options of a Sandbox write or delete, as
+// metav1.UpdateOptions are client-go's. The zero value sends the unfenced
+// request the host always sent, which the server admits without looking at
+// epochs.
+type WriteOptions struct {
+	// Epoch is the holder epoch the caller holds (ptr.To from
+	// k8s.io/utils/ptr builds one); set, the write or delete is fenced on
+	// it. Stamp, whose whole job is the epoch, refuses nil.
+	Epoch *uint64
 }
 
 // NewClient returns a Client over dyn.
@@ -135,9 +144,9 @@ func (c *Client) sandboxes(namespace string) dynamic.ResourceInterface {
 }
 
 // CreateWorkspace POSTs a Sandbox with the annotations of contract §3.3: the
-// pod-template-hash of spec.podTemplate and, when epoch is set, the holder
-// epoch. The caller's object is not modified.
-func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unstructured, epoch *uint64) (*unstructured.Unstructured, error) {
+// pod-template-hash of spec.podTemplate and, when opts.Epoch is set, the
+// holder epoch. The caller's object is not modified.
+func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unstructured, opts WriteOptions) (*unstructured.Unstructured, error) {
 	obj := sandbox.DeepCopy()
 	template, found, err := unstructured.NestedFieldNoCopy(obj.Object, "spec", "podTemplate")
 	if err != nil || !found {
@@ -152,7 +161,7 @@ func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unst
 		annotations = map[string]string{}
 	}
 	annotations[AnnotationPodTemplateHash] = hash
-	if epoch != nil {
+	if epoch := opts.Epoch; epoch != nil {
 		if *epoch > MaxEpoch {
 			return nil, fmt.Errorf("epoch %d is above %d (contract §3.1)", *epoch, MaxEpoch)
 		}
@@ -168,13 +177,13 @@ func (c *Client) CreateWorkspace(ctx context.Context, sandbox *unstructured.Unst
 
 // Suspend sets spec.operatingMode Suspended (also used to destroy without
 // deleting the disk, retire and clean up).
-func (c *Client) Suspend(ctx context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
-	return c.setMode(ctx, namespace, name, ModeSuspended, epoch)
+func (c *Client) Suspend(ctx context.Context, namespace, name string, opts WriteOptions) (*unstructured.Unstructured, error) {
+	return c.setMode(ctx, namespace, name, ModeSuspended, opts.Epoch)
 }
 
 // Resume sets spec.operatingMode Running.
-func (c *Client) Resume(ctx context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
-	return c.setMode(ctx, namespace, name, ModeRunning, epoch)
+func (c *Client) Resume(ctx context.Context, namespace, name string, opts WriteOptions) (*unstructured.Unstructured, error) {
+	return c.setMode(ctx, namespace, name, ModeRunning, opts.Epoch)
 }
 
 func (c *Client) setMode(ctx context.Context, namespace, name, mode string, epoch *uint64) (*unstructured.Unstructured, error) {
@@ -184,10 +193,11 @@ func (c *Client) setMode(ctx context.Context, namespace, name, mode string, epoc
 }
 
 // Stamp writes the epoch alone onto a workspace already in the wanted mode.
-// A nil epoch is refused locally: there is nothing to stamp.
-func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
+// A nil opts.Epoch is refused locally: there is nothing to stamp.
+func (c *Client) Stamp(ctx context.Context, namespace, name string, opts WriteOptions) (*unstructured.Unstructured, error) {
+	epoch := opts.Epoch
 	if epoch == nil {
-		return nil, fmt.Errorf("stamp sandbox %s/%s: an epoch is required (pass ptr.To(uint64(n)))", namespace, name)
+		return nil, fmt.Errorf("stamp sandbox %s/%s: an epoch is required (WriteOptions{Epoch: ptr.To(uint64(n))})", namespace, name)
 	}
 	return c.write(ctx, namespace, name, epoch, func(_ *unstructured.Unstructured, read Reading) (PatchInput, error) {
 		return PatchInput{Read: read, Epoch: epoch}, nil
@@ -198,7 +208,8 @@ func (c *Client) Stamp(ctx context.Context, namespace, name string, epoch *uint6
 // resumes it, as one JSON Patch conditional on the workspace still being
 // Suspended. A workspace that is not Suspended is
 // refused locally with ErrPatchNotApplied.
-func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, template any, epoch *uint64) (*unstructured.Unstructured, error) {
+func (c *Client) RefreshTemplate(ctx context.Context, namespace, name string, template any, opts WriteOptions) (*unstructured.Unstructured, error) {
+	epoch := opts.Epoch
 	if template == nil {
 		return nil, fmt.Errorf("sandbox %s/%s: a template refresh needs the new pod template", namespace, name)
 	}
@@ -289,10 +300,11 @@ func patchBody(in PatchInput) (types.PatchType, []byte, error) {
 	return types.JSONPatchType, body, err
 }
 
-// Delete deletes a Sandbox. With an epoch it is the fenced DELETE of contract §3.4:
+// Delete deletes a Sandbox. With opts.Epoch it is the fenced DELETE of contract §3.4:
 // preconditions.resourceVersion of the gate read, re-read and re-checked on a
 // 409, three attempts at most. A Sandbox already gone counts as deleted.
-func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint64) error {
+func (c *Client) Delete(ctx context.Context, namespace, name string, opts WriteOptions) error {
+	epoch := opts.Epoch
 	what := "sandbox " + namespace + "/" + name
 	return c.fencedDelete(ctx, c.sandboxes(namespace), name, what, epoch, func(obj *unstructured.Unstructured) error {
 		return ReadHolderEpoch(obj).check(what, *epoch)
@@ -300,7 +312,7 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 }
 
 // DeleteClaim deletes a SandboxClaim, and with it (garbage collection) the
-// Sandbox the claim owns. With an epoch it is the fenced claim DELETE that
+// Sandbox the claim owns. With opts.Epoch it is the fenced claim DELETE that
 // strict delete requires (contract §8.4): it reads the claim and the
 // Sandboxes the claim owns, refuses locally, sending nothing, when one's
 // stored epoch is above the held one or malformed, and DELETEs the claim
@@ -309,7 +321,8 @@ func (c *Client) Delete(ctx context.Context, namespace, name string, epoch *uint
 // as deleted. The precondition ties the DELETE to the claim the check
 // read; the Sandbox's epoch is checked here only, since the server cannot
 // see it from the claim.
-func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, epoch *uint64) error {
+func (c *Client) DeleteClaim(ctx context.Context, namespace, name string, opts WriteOptions) error {
+	epoch := opts.Epoch
 	what := "sandbox claim " + namespace + "/" + name
 	return c.fencedDelete(ctx, c.dyn.Resource(SandboxClaimGVR).Namespace(namespace), name, what, epoch, func(claim *unstructured.Unstructured) error {
 		var sandboxes *unstructured.UnstructuredList

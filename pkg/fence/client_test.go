@@ -48,9 +48,9 @@ func raiseEpoch(to string) func(f *fakeAPI, r request) reply {
 }
 
 // call runs a mode write on ns/a.
-func call(write func(*Client, context.Context, string, string, *uint64) (*unstructured.Unstructured, error), epoch *uint64) func(c *Client) error {
+func call(write func(*Client, context.Context, string, string, WriteOptions) (*unstructured.Unstructured, error), epoch *uint64) func(c *Client) error {
 	return func(c *Client) error {
-		_, err := write(c, context.Background(), "ns", "a", epoch)
+		_, err := write(c, context.Background(), "ns", "a", WriteOptions{Epoch: epoch})
 		return err
 	}
 }
@@ -99,7 +99,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			name:    "a stamp sends the epoch alone",
 			sandbox: makeSandbox("a").Epoch("2"),
 			run: func(c *Client) error {
-				_, err := c.Stamp(context.Background(), "ns", "a", ptr(uint64(3)))
+				_, err := c.Stamp(context.Background(), "ns", "a", WriteOptions{Epoch: ptr(uint64(3))})
 				return err
 			},
 			contentType: "application/json-patch+json",
@@ -110,7 +110,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			name:    "a fenced refresh sends the refresh patch with the template's hash",
 			sandbox: makeSandbox("a").Epoch("4").Mode(ModeSuspended),
 			run: func(c *Client) error {
-				_, err := c.RefreshTemplate(context.Background(), "ns", "a", template, ptr(uint64(4)))
+				_, err := c.RefreshTemplate(context.Background(), "ns", "a", template, WriteOptions{Epoch: ptr(uint64(4))})
 				return err
 			},
 			contentType: "application/json-patch+json",
@@ -128,7 +128,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			run: func(c *Client) error {
 				sb := makeSandbox("a").Obj()
 				unstructured.SetNestedField(sb.Object, template, "spec", "podTemplate")
-				_, err := c.CreateWorkspace(context.Background(), sb, ptr(uint64(1)))
+				_, err := c.CreateWorkspace(context.Background(), sb, WriteOptions{Epoch: ptr(uint64(1))})
 				return err
 			},
 			contentType: "application/json",
@@ -279,7 +279,7 @@ func TestClientWriteErrors(t *testing.T) {
 			name:    "a refresh of a running workspace is refused locally",
 			sandbox: makeSandbox("a").Epoch("1"),
 			run: func(c *Client) error {
-				_, err := c.RefreshTemplate(context.Background(), "ns", "a", map[string]any{}, ptr(uint64(1)))
+				_, err := c.RefreshTemplate(context.Background(), "ns", "a", map[string]any{}, WriteOptions{Epoch: ptr(uint64(1))})
 				return err
 			},
 			wantIs:  ErrPatchNotApplied,
@@ -322,7 +322,7 @@ func TestClientWriteErrors(t *testing.T) {
 
 func TestAStampWithoutAnEpochIsRefusedSendingNothing(t *testing.T) {
 	f, c := newHarness(t, makeSandbox("a").Epoch("2"))
-	_, err := c.Stamp(context.Background(), "ns", "a", nil)
+	_, err := c.Stamp(context.Background(), "ns", "a", WriteOptions{})
 	if err == nil || !strings.Contains(err.Error(), "an epoch is required") {
 		t.Fatalf("Stamp(nil) = %v, want a local refusal saying an epoch is required", err)
 	}
@@ -421,7 +421,7 @@ func TestClientDelete(t *testing.T) {
 			if tt.hooks != nil {
 				tt.hooks(f)
 			}
-			err := c.Delete(context.Background(), "ns", "a", tt.epoch)
+			err := c.Delete(context.Background(), "ns", "a", WriteOptions{Epoch: tt.epoch})
 			if tt.wantIs == nil && err != nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
 				t.Fatalf("error %v, want %v", err, tt.wantIs)
 			}
@@ -557,7 +557,7 @@ func TestClientDeleteClaim(t *testing.T) {
 			if tt.hooks != nil {
 				tt.hooks(f)
 			}
-			err := c.DeleteClaim(context.Background(), "ns", "c", tt.epoch)
+			err := c.DeleteClaim(context.Background(), "ns", "c", WriteOptions{Epoch: tt.epoch})
 			if tt.wantIs == nil && err != nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
 				t.Fatalf("error %v, want %v", err, tt.wantIs)
 			}

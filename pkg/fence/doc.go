@@ -33,7 +33,7 @@
 // returns errors to branch on:
 //
 //	c := fence.NewClient(dynamic.NewForConfigOrDie(cfg), fence.Options{})
-//	_, err := c.Suspend(ctx, "work", "sandbox-1", &held)
+//	_, err := c.Suspend(ctx, "work", "sandbox-1", fence.WriteOptions{Epoch: &held})
 //	var denied *fence.AdmissionDeniedError
 //	switch {
 //	case errors.Is(err, fence.ErrStaleEpoch):
@@ -42,11 +42,17 @@
 //		// the server-side fence refused: denied.Policy, denied.Message
 //	}
 //
-// Every epoch argument is a *uint64 (ptr.To from k8s.io/utils/ptr): nil
-// sends the unfenced requests a host without epochs always sent, which the
-// server still admits; only Stamp requires one. Hosts that hold the
-// Interface rather than a *Client can unit-test against fencetest.Fake;
-// Options.Clock takes a k8s.io/utils/clock fake.
+// Every Sandbox write and delete takes its epoch in WriteOptions, as
+// client-go's calls take metav1.UpdateOptions: the zero value sends the
+// unfenced request a host without epochs always sent, which the server
+// still admits; only Stamp requires an epoch. Hosts that hold the Interface
+// rather than a *Client can unit-test against fencetest.Fake; Options.Clock
+// takes a k8s.io/utils/clock fake.
+//
+// Sandboxes are unstructured.Unstructured, not agent-sandbox's Go types:
+// those live in sigs.k8s.io/agent-sandbox, whose go.mod requires
+// controller-runtime and the controller's own dependencies, which would then
+// enter every host's module graph.
 //
 // The epoch itself can come from a coordination.k8s.io/v1 Lease:
 // fencelease.TakeOver (package pkg/fence/fencelease) campaigns for one with
@@ -55,6 +61,7 @@
 // Lease is never deleted, never lowered by hand, and every candidate is a
 // new identity; contract §3.7 says where it holds and where it does not.
 //
-// The package imports nothing of the project's internals: it is the public
-// client, and the admission side only ever sees the bytes it sends.
+// The package is a module of its own and imports nothing of the project's
+// internals: it is the public client, and the admission side only ever sees
+// the bytes it sends.
 package fence

@@ -17,7 +17,7 @@ import (
 // another host took over.
 func suspendAll(ctx context.Context, c fence.Interface, names []string, epoch uint64) (int, error) {
 	for i, n := range names {
-		if _, err := c.Suspend(ctx, "work", n, ptr.To(epoch)); err != nil {
+		if _, err := c.Suspend(ctx, "work", n, fence.WriteOptions{Epoch: ptr.To(epoch)}); err != nil {
 			return i, err
 		}
 	}
@@ -27,16 +27,16 @@ func suspendAll(ctx context.Context, c fence.Interface, names []string, epoch ui
 // A host's unit test injects the refusal a take-over by another host causes
 // and reads back what its code called.
 func ExampleFake() {
-	f := &fencetest.Fake{SuspendFunc: func(_, name string, held *uint64) (*unstructured.Unstructured, error) {
+	f := &fencetest.Fake{SuspendFunc: func(_, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error) {
 		if name == "b" {
-			return nil, &fence.StaleEpochError{Object: "sandbox work/b", Stored: 9, Held: *held}
+			return nil, &fence.StaleEpochError{Object: "sandbox work/b", Stored: 9, Held: *opts.Epoch}
 		}
 		return nil, nil
 	}}
 	done, err := suspendAll(context.Background(), f, []string{"a", "b", "c"}, 7)
 	fmt.Println(done, errors.Is(err, fence.ErrStaleEpoch))
 	for _, c := range f.Calls() {
-		fmt.Println(c.Method, c.Args[0], c.Args[1], *c.Args[2].(*uint64))
+		fmt.Println(c.Method, c.Args[0], c.Args[1], *c.Args[2].(fence.WriteOptions).Epoch)
 	}
 	// Output:
 	// 1 true

@@ -25,13 +25,13 @@ type Call struct {
 // Fake implements fence.Interface. The zero value answers every call with
 // (nil, nil) or nil; a non-nil hook answers instead. Safe for concurrent use.
 type Fake struct {
-	CreateWorkspaceFunc  func(sandbox *unstructured.Unstructured, epoch *uint64) (*unstructured.Unstructured, error)
-	SuspendFunc          func(namespace, name string, epoch *uint64) (*unstructured.Unstructured, error)
-	ResumeFunc           func(namespace, name string, epoch *uint64) (*unstructured.Unstructured, error)
-	StampFunc            func(namespace, name string, epoch *uint64) (*unstructured.Unstructured, error)
-	RefreshTemplateFunc  func(namespace, name string, template any, epoch *uint64) (*unstructured.Unstructured, error)
-	DeleteFunc           func(namespace, name string, epoch *uint64) error
-	DeleteClaimFunc      func(namespace, name string, epoch *uint64) error
+	CreateWorkspaceFunc  func(sandbox *unstructured.Unstructured, opts fence.WriteOptions) (*unstructured.Unstructured, error)
+	SuspendFunc          func(namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error)
+	ResumeFunc           func(namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error)
+	StampFunc            func(namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error)
+	RefreshTemplateFunc  func(namespace, name string, template any, opts fence.WriteOptions) (*unstructured.Unstructured, error)
+	DeleteFunc           func(namespace, name string, opts fence.WriteOptions) error
+	DeleteClaimFunc      func(namespace, name string, opts fence.WriteOptions) error
 	ApplyEgressFunc      func(in fence.PolicyInput) (*unstructured.Unstructured, error)
 	RemoveEgressFunc     func(namespace, ownerUID string) error
 	CheckEgressFenceFunc func() error
@@ -56,64 +56,64 @@ func (f *Fake) record(method string, args ...any) {
 }
 
 // CreateWorkspace records the call and answers with CreateWorkspaceFunc.
-func (f *Fake) CreateWorkspace(_ context.Context, sandbox *unstructured.Unstructured, epoch *uint64) (*unstructured.Unstructured, error) {
-	f.record("CreateWorkspace", sandbox, epoch)
+func (f *Fake) CreateWorkspace(_ context.Context, sandbox *unstructured.Unstructured, opts fence.WriteOptions) (*unstructured.Unstructured, error) {
+	f.record("CreateWorkspace", sandbox, opts)
 	if f.CreateWorkspaceFunc == nil {
 		return nil, nil
 	}
-	return f.CreateWorkspaceFunc(sandbox, epoch)
+	return f.CreateWorkspaceFunc(sandbox, opts)
 }
 
 // Suspend records the call and answers with SuspendFunc.
-func (f *Fake) Suspend(_ context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
-	f.record("Suspend", namespace, name, epoch)
-	return f.write(f.SuspendFunc, namespace, name, epoch)
+func (f *Fake) Suspend(_ context.Context, namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error) {
+	f.record("Suspend", namespace, name, opts)
+	return f.write(f.SuspendFunc, namespace, name, opts)
 }
 
 // Resume records the call and answers with ResumeFunc.
-func (f *Fake) Resume(_ context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
-	f.record("Resume", namespace, name, epoch)
-	return f.write(f.ResumeFunc, namespace, name, epoch)
+func (f *Fake) Resume(_ context.Context, namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error) {
+	f.record("Resume", namespace, name, opts)
+	return f.write(f.ResumeFunc, namespace, name, opts)
 }
 
 // Stamp records the call and answers with StampFunc.
-func (f *Fake) Stamp(_ context.Context, namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
-	f.record("Stamp", namespace, name, epoch)
-	return f.write(f.StampFunc, namespace, name, epoch)
+func (f *Fake) Stamp(_ context.Context, namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error) {
+	f.record("Stamp", namespace, name, opts)
+	return f.write(f.StampFunc, namespace, name, opts)
 }
 
-func (f *Fake) write(hook func(namespace, name string, epoch *uint64) (*unstructured.Unstructured, error), namespace, name string, epoch *uint64) (*unstructured.Unstructured, error) {
+func (f *Fake) write(hook func(namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error), namespace, name string, opts fence.WriteOptions) (*unstructured.Unstructured, error) {
 	if hook == nil {
 		return nil, nil
 	}
-	return hook(namespace, name, epoch)
+	return hook(namespace, name, opts)
 }
 
 // RefreshTemplate records the call and answers with RefreshTemplateFunc.
-func (f *Fake) RefreshTemplate(_ context.Context, namespace, name string, template any, epoch *uint64) (*unstructured.Unstructured, error) {
-	f.record("RefreshTemplate", namespace, name, template, epoch)
+func (f *Fake) RefreshTemplate(_ context.Context, namespace, name string, template any, opts fence.WriteOptions) (*unstructured.Unstructured, error) {
+	f.record("RefreshTemplate", namespace, name, template, opts)
 	if f.RefreshTemplateFunc == nil {
 		return nil, nil
 	}
-	return f.RefreshTemplateFunc(namespace, name, template, epoch)
+	return f.RefreshTemplateFunc(namespace, name, template, opts)
 }
 
 // Delete records the call and answers with DeleteFunc.
-func (f *Fake) Delete(_ context.Context, namespace, name string, epoch *uint64) error {
-	f.record("Delete", namespace, name, epoch)
+func (f *Fake) Delete(_ context.Context, namespace, name string, opts fence.WriteOptions) error {
+	f.record("Delete", namespace, name, opts)
 	if f.DeleteFunc == nil {
 		return nil
 	}
-	return f.DeleteFunc(namespace, name, epoch)
+	return f.DeleteFunc(namespace, name, opts)
 }
 
 // DeleteClaim records the call and answers with DeleteClaimFunc.
-func (f *Fake) DeleteClaim(_ context.Context, namespace, name string, epoch *uint64) error {
-	f.record("DeleteClaim", namespace, name, epoch)
+func (f *Fake) DeleteClaim(_ context.Context, namespace, name string, opts fence.WriteOptions) error {
+	f.record("DeleteClaim", namespace, name, opts)
 	if f.DeleteClaimFunc == nil {
 		return nil
 	}
-	return f.DeleteClaimFunc(namespace, name, epoch)
+	return f.DeleteClaimFunc(namespace, name, opts)
 }
 
 // ApplyEgress records the call and answers with ApplyEgressFunc.

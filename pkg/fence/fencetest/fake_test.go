@@ -14,10 +14,10 @@ func TestTheZeroFakeAnswersEveryMethodWithSuccess(t *testing.T) {
 	var f fencetest.Fake
 	ctx := context.Background()
 	var c fence.Interface = &f
-	if _, err := c.Stamp(ctx, "ns", "a", ptr.To[uint64](1)); err != nil {
+	if _, err := c.Stamp(ctx, "ns", "a", fence.WriteOptions{Epoch: ptr.To[uint64](1)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Delete(ctx, "ns", "a", nil); err != nil {
+	if err := c.Delete(ctx, "ns", "a", fence.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.CheckEgressFence(ctx); err != nil {
