@@ -38,6 +38,7 @@ AGENT_SANDBOX_VERSION := v1.0.1
 CONTROLLER_TOOLS_VERSION := v0.23.0
 PROMETHEUS_VERSION := v0.316.0
 KREW_VERSION := v0.4.3
+COSIGN_VERSION := v3.1.3
 SOAK_TIMEOUT ?= 15m
 CILIUM_FUZZ_TIME ?= 1h
 # The Kubernetes release the suite's control plane runs: the pinned one
@@ -122,7 +123,7 @@ upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the t
 # tools: the tests render config/ with bin/kubectl's kustomize
 # (internal/testing.Kustomize); promtool runs the alerts' rule tests; krew
 # installs kubectl fence from a release (hack/release).
-test-unit: testreport upstream-crds tools promtool krew ## Unit and offline policy tests: go test ./... in the product's modules (the root, pkg/fence) and the harness's (no cluster needed).
+test-unit: testreport upstream-crds tools promtool krew cosign ## Unit and offline policy tests: go test ./... in the product's modules (the root, pkg/fence) and the harness's (no cluster needed).
 	$(call gotest,test-unit,-count=1 -timeout 30m ./...,. pkg/fence $(HARNESS))
 
 .PHONY: fuzz
@@ -291,9 +292,31 @@ VERSION ?=
 RELEASE_IMAGE ?= ghcr.io/sandbox-fence/sandbox-fence-webhook
 
 .PHONY: release
-release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, kubectl fence archives and their krew manifest, SHA256SUMS (VERSION=vX.Y.Z, RELEASE_IMAGE).
+release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, kubectl fence archives and their krew manifest, SHA256SUMS, signed with COSIGN_KEY when set (VERSION=vX.Y.Z, RELEASE_IMAGE).
 	@if [ -z "$(VERSION)" ]; then echo "make release: set VERSION=vX.Y.Z (the tag being released)" >&2; exit 2; fi
-	$(call harness,hack,./release) -version $(VERSION) -image $(RELEASE_IMAGE) -out dist
+	$(call harness,hack,./release) -version $(VERSION) -image $(RELEASE_IMAGE) -out $(DIST)
+	$(if $(COSIGN_KEY),$(MAKE) release-sign)
+
+# A local release's signature: SHA256SUMS, which names every file of the
+# release (the image index's tarball, install.yaml that pins the index's
+# digest, the SBOM, the provenance), signed with a cosign key pair into a
+# Sigstore bundle, without a transparency log (nothing leaves the machine).
+# The release workflow signs keyless instead (release.yml). Verify either
+# as docs/install.md says; TestCosignVerifiesASignedRelease does.
+COSIGN_KEY ?=
+DIST ?= dist
+.PHONY: release-sign
+release-sign: cosign ## Sign DIST/SHA256SUMS (dist/) with COSIGN_KEY (cosign generate-key-pair; its password in COSIGN_PASSWORD) into DIST/SHA256SUMS.sigstore.json.
+	@if [ -z "$(COSIGN_KEY)" ]; then echo "make release-sign: set COSIGN_KEY=<cosign.key> (cosign generate-key-pair writes one)" >&2; exit 2; fi
+	$(BIN)/cosign sign-blob --yes --key $(COSIGN_KEY) --use-signing-config=false --tlog-upload=false \
+	  --bundle $(DIST)/SHA256SUMS.sigstore.json $(DIST)/SHA256SUMS
+
+# bin/cosign: Sigstore's cosign, compiled from COSIGN_VERSION's module (no
+# binary is downloaded); it signs a local release and the release test
+# verifies with it.
+.PHONY: cosign
+cosign: ## Build Sigstore's cosign from the Go module proxy (COSIGN_VERSION) into bin/cosign.
+	GOBIN=$(BIN) $(GO) install github.com/sigstore/cosign/v3/cmd/cosign@$(COSIGN_VERSION)
 
 .PHONY: chart
 chart: ## Regenerate charts/sandbox-fence from config/ (hack/chart; TestChartIsCurrent fails on a stale chart).

@@ -55,6 +55,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// SignatureFile is the Sigstore bundle of SHA256SUMS's signature: make
+// release-sign writes it with a key, the release workflow keyless; it is
+// not among Files because make release alone does not sign.
+const SignatureFile = "SHA256SUMS.sigstore.json"
+
 // DefaultImage is where the release workflow pushes the index unless told
 // otherwise (RELEASE_IMAGE).
 const DefaultImage = "ghcr.io/sandbox-fence/sandbox-fence-webhook"

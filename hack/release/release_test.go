@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -416,7 +417,8 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 }
 
 // The release workflow attaches every file of a release to the GitHub
-// release, and no other: a file left out is never published.
+// release, and its keyless signature, and no other: a file left out is
+// never published.
 func TestTheWorkflowAttachesEveryReleaseFile(t *testing.T) {
 	var attached []string
 	for _, line := range strings.Split(string(readFile(t, "../../.github/workflows", "release.yml")), "\n") {
@@ -429,7 +431,9 @@ func TestTheWorkflowAttachesEveryReleaseFile(t *testing.T) {
 		}
 	}
 	slices.Sort(attached)
-	if d := cmp.Diff(Files("${GITHUB_REF_NAME#v}"), attached); d != "" {
+	want := append(Files("${GITHUB_REF_NAME#v}"), SignatureFile) // the workflow signs keyless
+	slices.Sort(want)
+	if d := cmp.Diff(want, attached); d != "" {
 		t.Errorf("files release.yml attaches against Files (-Files +attached):\n%s", d)
 	}
 }
@@ -572,6 +576,63 @@ func TestReleaseChart(t *testing.T) {
 	rendered := render.Images(objs)
 	if !slices.Equal(rendered, []string{ref}) {
 		t.Errorf("helm template %s runs images %v, want [%s] (install.yaml's)", filepath.Base(pkg), rendered, ref)
+	}
+}
+
+// TestCosignVerifiesASignedRelease signs a release as make release does with
+// COSIGN_KEY (make release-sign: SHA256SUMS, which names every other file,
+// into a Sigstore bundle) and verifies it as docs/install.md tells an admin
+// to: cosign verify-blob with the public key, then sha256sum -c. cosign
+// (make cosign) must refuse a SHA256SUMS that differs by one byte.
+func TestCosignVerifiesASignedRelease(t *testing.T) {
+	dist := release(t)
+	cosign, err := filepath.Abs("../../bin/cosign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cosign); err != nil {
+		t.Fatalf("%v: run make cosign (it builds cosign from the Go module proxy)", err)
+	}
+	env := append(os.Environ(), "COSIGN_PASSWORD=")
+	run := func(dir, name string, args ...string) error {
+		cmd := exec.Command(name, args...)
+		cmd.Dir, cmd.Env = dir, env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	keys, signed := t.TempDir(), t.TempDir()
+	if err := run(keys, cosign, "generate-key-pair"); err != nil {
+		t.Fatal(err)
+	}
+	// A copy is signed: the shared release stays as the other tests read it.
+	sums := readFile(t, dist, "SHA256SUMS")
+	if err := os.WriteFile(filepath.Join(signed, "SHA256SUMS"), sums, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("../..", "make", "-s", "release-sign", "DIST="+signed, "COSIGN_KEY="+filepath.Join(keys, "cosign.key")); err != nil {
+		t.Fatal(err)
+	}
+	verify := func(file string) error {
+		return run(signed, cosign, "verify-blob", "--key", filepath.Join(keys, "cosign.pub"),
+			"--bundle", SignatureFile, "--insecure-ignore-tlog=true", file)
+	}
+	if err := verify("SHA256SUMS"); err != nil {
+		t.Errorf("the signed release does not verify: %v", err)
+	}
+	if err := run(dist, "sha256sum", "-c", "--quiet", filepath.Join(signed, "SHA256SUMS")); err != nil {
+		t.Errorf("the signed SHA256SUMS does not match the release's files: %v", err)
+	}
+	tampered := bytes.Replace(sums, []byte("  install.yaml"), []byte("  install.yam1"), 1)
+	if bytes.Equal(tampered, sums) {
+		t.Fatal("SHA256SUMS names no install.yaml to tamper with")
+	}
+	if err := os.WriteFile(filepath.Join(signed, "tampered"), tampered, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := verify("tampered"); err == nil {
+		t.Error("cosign verified a SHA256SUMS that differs from the one signed")
 	}
 }
 

@@ -26,9 +26,9 @@ import (
 
 // nested names each module that compiles packages beside the root module
 // (directory from the repository root) and the packages it builds. Left
-// out: controller-gen, promtool and krew, which make builds with go install
-// <package>@<version>, each on its own go.mod, and e2e/ciliumproof/reach, on
-// Cilium's k8s.io.
+// out: controller-gen, promtool, krew and cosign, which make builds with
+// go install <package>@<version>, each on its own go.mod, and
+// e2e/ciliumproof/reach, on Cilium's k8s.io.
 var nested = []struct{ dir, pkgs string }{
 	{"pkg/fence", "./..."},            // the host library (a module of its own)
 	{"e2e", "./..."},                  // the e2e suite, the benchmarks, devcluster (the harness)
