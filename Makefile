@@ -243,13 +243,15 @@ run: tools ## Start everything, print what to try, tear down on Ctrl-C.
 PUBLISH ?=
 BENCH_OUT := $(if $(filter 1,$(PUBLISH)),$(CURDIR)/docs/bench,$(BIN)/bench)
 BENCH_FLAGS ?= -rounds 5 -window 2s
+# The owner counts the scale run measures the webhook against (e2e/bench/scale.go).
+SCALE_OWNERS ?= 100,1000,10000,100000
 PEERS_BENCH_FLAGS ?= -rounds 3 -window 1500ms -warmup 300ms -apiserver-profile $(BIN)/bench/profiles
 PEERS_TIMEOUT ?= 15m
 
 .PHONY: bench
-bench: tools ## What the fence costs a cluster: interleaved configurations on a local control plane, then the webhook server alone (BENCHMARKS.md; PUBLISH=1 writes docs/bench).
+bench: tools ## What the fence costs a cluster: interleaved configurations on a local control plane, then the webhook against SCALE_OWNERS owners (BENCHMARKS.md; PUBLISH=1 writes docs/bench).
 	$(call harness,e2e,./bench) $(BENCH_FLAGS) -out $(BENCH_OUT)
-	$(call harness,hack,./loadgen) -out $(BENCH_OUT)
+	$(call harness,e2e,./bench) -scale $(SCALE_OWNERS) -window 5s -warmup 1s -out $(BENCH_OUT)
 
 .PHONY: peers
 peers: ## Build Kyverno and Gatekeeper from the Go module proxy into bin/peers (cached; slow when cold, never part of make test).

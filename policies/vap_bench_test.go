@@ -2,6 +2,7 @@ package policies_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"testing"
 
@@ -127,6 +128,73 @@ func BenchmarkVAPs(b *testing.B) {
 			b.ReportMetric(float64(cost.validations), "cel-validations/op")
 			b.ReportMetric(100*float64(cost.worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
 		})
+	}
+}
+
+// BenchmarkVAPsAtScale is BenchmarkVAPs' per-sandbox policy create under
+// larger configurations: the hosts bound (the schema's limit is 64), the
+// namespaces each is bound to by list (512 in all hosts' lists at most; a
+// selector binds any number of namespaces and reads only the request's),
+// and the host names of the policy's allowlist. ns/op and cel-cost/op are
+// what BENCHMARKS.md's scale table quotes.
+func BenchmarkVAPsAtScale(b *testing.B) {
+	ctx := context.Background()
+	nss := namespaces(b)
+	var sbx *corev1.Namespace
+	for _, ns := range nss {
+		if ns.Name == "sbx" {
+			sbx = ns
+		}
+	}
+	for _, hosts := range []int{1, 8, 64} {
+		for _, bound := range []int{1, 8} {
+			for _, names := range []int{1, 8, 32} {
+				b.Run(fmt.Sprintf("hosts=%d/namespaces=%d/names=%d", hosts, bound, names), func(b *testing.B) {
+					var spec []any
+					for i := range hosts {
+						user, list := "system:serviceaccount:sbx:sandbox-host", []any{"sbx"}
+						if i > 0 {
+							user, list = fmt.Sprintf("system:serviceaccount:h%d:host", i), []any{fmt.Sprintf("h%d", i)}
+						}
+						for j := len(list); j < bound; j++ {
+							list = append(list, fmt.Sprintf("h%d-%d", i, j))
+						}
+						spec = append(spec, map[string]any{"username": user, "namespaces": list})
+					}
+					config := caseConfig(b, defaultParams(b), vapeval.CaseParams{Spec: map[string]any{"hosts": spec}})
+					bundle := vapeval.Rendered(loadBundle(b), config)
+					h, err := vapeval.Start(ctx, vapeval.Env{Policies: bundle, Namespaces: nss, Resources: vapeval.Resources})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer h.Stop()
+					allow := make([]string, names)
+					for i := range allow {
+						allow[i] = fmt.Sprintf("api%d.example.com", i)
+					}
+					cnp, err := fence.BuildPerSandboxPolicy(fence.PolicyInput{
+						Owner:     fence.PolicyOwner{Kind: "SandboxClaim", Name: "claim-a", UID: "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"},
+						Namespace: "sbx", Hosts: allow,
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					req := benchRequests(b)["per-sandbox policy create"]
+					req.Object = cnp
+					if err := h.Validate(ctx, req); err != nil {
+						b.Fatalf("the host's write must be admitted: %v", err)
+					}
+					cost := celCost(b, bundle, req, sbx)
+					for b.Loop() {
+						if err := h.Validate(ctx, req); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(cost.total), "cel-cost/op")
+					b.ReportMetric(100*float64(cost.worst)/float64(vapeval.PerCallLimit), "max-expr-%-of-limit")
+				})
+			}
+		}
 	}
 }
 

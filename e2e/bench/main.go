@@ -57,17 +57,21 @@ type options struct {
 	// profileDir receives CPU profiles of the apiserver (cnp, 1 client).
 	profileDir string
 	profileFor time.Duration
+	// scale, when set, measures the webhook against these owner counts
+	// instead (scale.go).
+	scale []int
 }
 
 var logf = framework.StderrLogf("bench")
 
 func main() {
 	var o options
-	var conc string
+	var conc, scale string
 	flag.IntVar(&o.rounds, "rounds", 4, "measured rounds; each runs every configuration once, in a rotating order")
 	flag.DurationVar(&o.window, "window", 1500*time.Millisecond, "duration of one cell's window")
 	flag.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "window of the unrecorded warm-up round (0: none)")
 	flag.StringVar(&conc, "concurrency", "1,8,32", "client counts")
+	flag.StringVar(&scale, "scale", "", "instead of the configurations, measure the shipped webhook against these owner counts (e.g. 100,1000,10000,100000; scale.go)")
 	flag.StringVar(&o.out, "out", "", "directory for results.md and latency.png (default: print only)")
 	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, poll the 1-minute load average until it is below this (0: do not wait)")
 	flag.DurationVar(&o.waitLoadMax, "wait-load-max", 10*time.Minute, "give up waiting for a low load after this long and run anyway (the load is reported)")
@@ -84,6 +88,17 @@ func main() {
 			os.Exit(2)
 		}
 		o.concurrency = append(o.concurrency, n)
+	}
+	for _, s := range strings.Split(scale, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || len(o.scale) > 0 && n <= o.scale[len(o.scale)-1] {
+			fmt.Fprintf(os.Stderr, "-scale %q: want rising positive integers separated by commas\n", scale)
+			os.Exit(2)
+		}
+		o.scale = append(o.scale, n)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -191,6 +206,11 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	m := newMeter(p.CP.Processes())
+	if len(o.scale) > 0 {
+		wls := workloads(hc, fx)
+		cnp := wls[slices.IndexFunc(wls, func(w workload) bool { return w.Name == "cnp" })]
+		return scaleReport(ctx, o, p, env, hc, cnp, m, runStart, loadStart)
+	}
 	sw.restartWebhook = func(ctx context.Context, flag string) error {
 		wp, err := p.RestartWebhookWith(ctx, flag)
 		if err == nil {

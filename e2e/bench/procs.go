@@ -6,8 +6,8 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
 )
 
-// metered are the processes whose CPU time is read around every window, as
-// hack/loadgen reads its server's: user+system time from /proc/<pid>/stat.
+// metered are the processes whose CPU time is read around every window:
+// user+system time from /proc/<pid>/stat.
 // The bench's own clients are not among them.
 var metered = []string{"kube-apiserver", "etcd", "webhook", "kyverno", "gatekeeper"}
 

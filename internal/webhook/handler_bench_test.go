@@ -16,8 +16,9 @@ import (
 // process: raw AdmissionReview bytes in, response bytes out, through
 // controller-runtime's admission.Webhook (decode, handler, encode), the
 // FenceConfig read, the owner lookup from a cache that deep-copies like the
-// informer cache, the rule and the metrics. TLS and the socket are not in it
-// (hack/loadgen measures those). The FenceConfig binds one namespace, or
+// informer cache, the rule and the metrics. TLS, the socket and the live
+// owner read are not in it (make bench's scale run measures the webhook
+// process with them). The FenceConfig binds one namespace, or
 // the 512 the schema allows at most.
 func BenchmarkCiliumWebhookServeHTTP(b *testing.B) {
 	for _, c := range []struct {

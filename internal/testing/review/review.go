@@ -3,10 +3,8 @@
 // CREATE (the body pkg/fence writes, managedFields and
 // ServiceAccount user info as the apiserver sends them, 2-4 KB on the wire),
 // and the webhook's production handler over an in-memory cache that answers
-// like the informer cache does (a deep copy per Get). hack/loadgen and the
-// handler benchmark of internal/webhook share it; it lives under
-// internal/testing so that benchmark imports nothing from hack/ (imports go
-// cmd -> internal -> pkg).
+// like the informer cache does (a deep copy per Get), for the handler
+// benchmark of internal/webhook.
 package review
 
 import (
