@@ -96,6 +96,20 @@ func release(t *testing.T) string {
 	return shared.dir
 }
 
+// binTool is the absolute path of a tool make builds into bin/ from the Go
+// module proxy (make <name>).
+func binTool(t *testing.T, name string) string {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("..", "..", "bin", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%v: run make %s (it builds %s from the Go module proxy)", err, name, name)
+	}
+	return path
+}
+
 func readFile(t *testing.T, dir, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, name))
@@ -586,13 +600,7 @@ func TestReleaseChart(t *testing.T) {
 // (make cosign) must refuse a SHA256SUMS that differs by one byte.
 func TestCosignVerifiesASignedRelease(t *testing.T) {
 	dist := release(t)
-	cosign, err := filepath.Abs("../../bin/cosign")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(cosign); err != nil {
-		t.Fatalf("%v: run make cosign (it builds cosign from the Go module proxy)", err)
-	}
+	cosign := binTool(t, "cosign")
 	env := append(os.Environ(), "COSIGN_PASSWORD=")
 	run := func(dir, name string, args ...string) error {
 		cmd := exec.Command(name, args...)
@@ -645,13 +653,7 @@ func TestCosignVerifiesASignedRelease(t *testing.T) {
 // must hold an executable for its own platform and the LICENSE.
 func TestKrewInstallsThePluginFromTheRelease(t *testing.T) {
 	dist := release(t)
-	krew, err := filepath.Abs("../../bin/krew")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(krew); err != nil {
-		t.Fatalf("%v: run make krew (it builds krew from the Go module proxy)", err)
-	}
+	krew := binTool(t, "krew")
 	here := runtime.GOOS + "/" + runtime.GOARCH
 	if !slices.Contains(PluginPlatforms, here) {
 		t.Fatalf("this machine's platform %s is none the plugin is released for (%v)", here, PluginPlatforms)
