@@ -130,11 +130,7 @@ require (
 
 replace (
 	github.com/sandbox-fence/sandbox-fence => ../
-	github.com/sandbox-fence/sandbox-fence/e2e => ../e2e
-	// e2e requires it (its datapath test speaks ciliumreach's wire format).
-	github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach => ../e2e/ciliumproof/reach
+	github.com/sandbox-fence/sandbox-fence/pkg/fence => ../pkg/fence
 )
 
 tool helm.sh/helm/v3/cmd/helm
-
-replace github.com/sandbox-fence/sandbox-fence/pkg/fence => ../pkg/fence
