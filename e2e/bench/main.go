@@ -302,8 +302,8 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	var md strings.Builder
-	fmt.Fprintf(&md, "Run: %s UTC, %d measured rounds + warm-up, window %s per cell, GOMAXPROCS %d, wall time %s.\n\n",
-		runStart.UTC().Format("2006-01-02 15:04"), o.rounds, o.window, runtime.GOMAXPROCS(0), time.Since(runStart).Round(time.Second))
+	fmt.Fprintf(&md, "%d measured rounds + warm-up, window %s per cell, GOMAXPROCS %d, wall time %s.\n\n",
+		o.rounds, o.window, runtime.GOMAXPROCS(0), time.Since(runStart).Round(time.Second))
 	fmt.Fprintf(&md, "Load average (1, 5, 15 min): %s at start, %s at the end.\n\n", loadStart, loadEnd)
 	if o.peers {
 		for _, n := range peers.Names {
