@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
@@ -52,44 +51,20 @@ type Streams struct {
 	ErrOut io.Writer
 }
 
-// kubeconfigFlags are kubectl's flags for the kubeconfig, context,
-// namespace and credentials (--kubeconfig, --context, -n, --server, --token,
-// --as, ...), bound with client-go's clientcmd. They are the flags
-// cli-runtime's ConfigFlags adds, without cli-runtime: its resource builder
-// imports kustomize, and every module this module imports is in the module
-// graph of each host that imports pkg/fence (hack/consumer checks that
-// graph).
-type kubeconfigFlags struct {
-	rules     *clientcmd.ClientConfigLoadingRules
-	overrides clientcmd.ConfigOverrides
-}
-
-func newKubeconfigFlags() *kubeconfigFlags {
-	return &kubeconfigFlags{rules: clientcmd.NewDefaultClientConfigLoadingRules()}
-}
-
-func (f *kubeconfigFlags) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.rules.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file to use for CLI requests.")
-	clientcmd.BindOverrideFlags(&f.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
-}
-
-// loader resolves the kubeconfig as kubectl does: --kubeconfig, else
-// $KUBECONFIG, else ~/.kube/config, with the flags' overrides applied.
-func (f *kubeconfigFlags) loader() clientcmd.ClientConfig {
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(f.rules, &f.overrides)
-}
-
 type root struct {
 	streams Streams
-	flags   *kubeconfigFlags
-	opts    Options
-	output  string
+	// flags are kubectl's own flags for the kubeconfig, context, namespace
+	// and credentials (--kubeconfig, --context, -n, --server, --token, --as,
+	// ...), from cli-runtime as every kubectl plugin has them.
+	flags  *genericclioptions.ConfigFlags
+	opts   Options
+	output string
 }
 
 // NewCommand is `kubectl fence` with its three subcommands, using kubectl's
 // flags for the kubeconfig, context, namespace and credentials.
 func NewCommand(streams Streams) *cobra.Command {
-	r := &root{streams: streams, flags: newKubeconfigFlags()}
+	r := &root{streams: streams, flags: genericclioptions.NewConfigFlags(true)}
 	cmd := &cobra.Command{
 		Use:   "kubectl fence",
 		Short: "Audit, inspect and check sandbox-fence on a cluster",
@@ -104,7 +79,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	r.flags.addFlags(cmd.PersistentFlags())
+	r.flags.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml; audit also policyreport.")
 	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
 	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
@@ -113,7 +88,7 @@ func NewCommand(streams Streams) *cobra.Command {
 }
 
 func (r *root) clients() (Clients, error) {
-	cfg, err := r.flags.loader().ClientConfig()
+	cfg, err := r.flags.ToRESTConfig()
 	if err != nil {
 		return Clients{}, err
 	}
@@ -155,7 +130,7 @@ namespace, named sandbox-fence) and a ClusterReport, for kubectl apply
 				if all {
 					return errors.New("-n and -A contradict each other: name one namespace, or audit all of them")
 				}
-				o.Namespace = r.flags.overrides.Context.Namespace
+				o.Namespace = *r.flags.Namespace
 			}
 			c, err := r.clients()
 			if err != nil {
@@ -194,7 +169,7 @@ func (r *root) status() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ns, _, err := r.flags.loader().Namespace()
+			ns, _, err := r.flags.ToRawKubeConfigLoader().Namespace()
 			if err != nil {
 				return err
 			}
