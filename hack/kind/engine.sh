@@ -149,8 +149,21 @@ foreign_engine() {
   command -v iptables >/dev/null && iptables -S "$guard" >/dev/null 2>&1 && stale=1
   ((stale)) || return 0
   say "bridge $bridge or chain $guard is left from an engine that no longer runs: removing them"
-  ip link delete "$bridge" 2>/dev/null || true
+  bridge_delete
   iptables_clean
+}
+
+# bridge_delete deletes our bridge and the veths still on it. A container's
+# network namespace outlives its processes while something holds it (the
+# nsfs mount of a daemon that was killed, in another checkout's state), and
+# so does its veth; deleting our end takes the peer with it.
+bridge_delete() {
+  ip link show "$bridge" >/dev/null 2>&1 || return 0
+  local l
+  for l in $(ip -o link show master "$bridge" | awk -F': ' '{sub(/@.*/, "", $2); print $2}'); do
+    ip link delete "$l" 2>/dev/null || true
+  done
+  ip link delete "$bridge" 2>/dev/null || true
 }
 
 # iptables_clean removes every rule that jumps to one of our chains or
@@ -206,7 +219,10 @@ down() {
   done
   # A dockerd that was killed (a run cut short) leaves its bridge: no other
   # engine runs (above), so it is ours.
-  ip link delete "$bridge" 2>/dev/null || true
+  bridge_delete
+  # The kernel tears a container's network namespace down, and its veth
+  # with it, asynchronously after the last process exits.
+  for _ in $(seq 75); do ip -br link 2>/dev/null | grep -q '^veth' || break; sleep 0.2; done
   iptables_clean
   if [[ -n $before_txt ]]; then
     local kind key value
