@@ -625,7 +625,7 @@ func replaceCABundles(ctx context.Context, name string, bundle []byte) (func() e
 // removeCRD deletes a CRD (and so every object of it) and returns what
 // re-creates it.
 func removeCRD(ctx context.Context, n string) (func() error, error) {
-	crds := env.Admin.Dynamic.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	crds := env.Admin.Dynamic.Resource(framework.CRDGVR)
 	saved, err := crds.Get(ctx, n, metav1.GetOptions{})
 	if err != nil {
 		return nil, err

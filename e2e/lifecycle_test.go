@@ -88,9 +88,11 @@ var (
 		{"kubectl", "create", "namespace", "sandbox-fence-system"},
 		{"kubectl", "label", "namespace", "sandbox-fence-system", "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest"},
 	}
+	// uninstallChart: the chart's hooks take Uninstall's steps 1 and 2
+	// before Helm deletes the rest, and delete the CRD after it (the
+	// case's values set crds.keep false).
 	uninstallChart = [][]string{
 		{"helm", "uninstall", "sandbox-fence", "-n", "sandbox-fence-system", "--wait"},
-		{"kubectl", "delete", "crd", "fenceconfigs.fence.sandbox.namzu.ai", "--ignore-not-found"},
 		{"kubectl", "delete", "namespace", "sandbox-fence-system", "--ignore-not-found"},
 	}
 )
@@ -335,10 +337,18 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	l.ready(ctx, v1.Image, false)
 	l.run(ctx, nil, [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart(), "-n", "sandbox-fence-system", "--values", values, "--wait"}})
 	l.ready(ctx, v2.Image, false)
-	// The chart's crds/ are config/crd, the CRD the suite's bundle renders.
+	// Helm never upgrades crds/: the pre-upgrade hook applied v0.1.1's CRD.
+	crd, err := env.Admin.Dynamic.Resource(framework.CRDGVR).Get(ctx, "fenceconfigs.fence.sandbox.namzu.ai", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := crd.GetLabels()["app.kubernetes.io/version"], strings.TrimPrefix(v2.Version, "v"); got != want {
+		t.Errorf("after helm upgrade the CRD is labelled version %q, want %q: the chart's upgrade-crds hook did not apply it", got, want)
+	}
+	// The chart's crds/ are config/crd, the CRD the suite's bundle renders;
+	// its hooks (helm get hooks) delete their Jobs and RBAC once they succeed.
 	shippedCRDs, _, _ := shipped.Split()
-	chartObjs := append(helmManifest(ctx, l), shippedCRDs...)
-	l.run(ctx, nil, uninstallFirst)
+	chartObjs := append(append(helmGet(ctx, l, "manifest"), helmGet(ctx, l, "hooks")...), shippedCRDs...)
 	l.run(ctx, nil, uninstallChart)
 	l.gone(ctx, "the chart", chartObjs)
 
@@ -409,11 +419,11 @@ func changeHolderEpochPolicy(t *testing.T, r *framework.Release) {
 }
 
 // writeValues writes the chart's values that bind the suite's hosts
-// (fenceConfig: the FenceConfig's spec).
+// (fenceConfig: the FenceConfig's spec) and delete the CRD on uninstall.
 func writeValues(t *testing.T, path string) {
 	t.Helper()
 	spec := env.FenceConfigSpec()
-	b, err := yaml.Marshal(map[string]any{"fenceConfig": spec})
+	b, err := yaml.Marshal(map[string]any{"fenceConfig": spec, "crds": map[string]any{"keep": false}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,13 +432,13 @@ func writeValues(t *testing.T, path string) {
 	}
 }
 
-// helmManifest is what the chart's release installed (helm get manifest;
-// its crds/ are not listed).
-func helmManifest(ctx context.Context, l *lifecycle) []*unstructured.Unstructured {
+// helmGet is what the chart's release holds: `helm get manifest` (its
+// crds/ are not listed) or `helm get hooks`.
+func helmGet(ctx context.Context, l *lifecycle, what string) []*unstructured.Unstructured {
 	l.t.Helper()
-	out, err := exec.CommandContext(ctx, filepath.Join(l.bin, "helm"), "get", "manifest", "sandbox-fence", "-n", "sandbox-fence-system", "--kubeconfig", l.kubeconfig).Output()
+	out, err := exec.CommandContext(ctx, filepath.Join(l.bin, "helm"), "get", what, "sandbox-fence", "-n", "sandbox-fence-system", "--kubeconfig", l.kubeconfig).Output()
 	if err != nil {
-		l.t.Fatalf("helm get manifest: %v", err)
+		l.t.Fatalf("helm get %s: %v", what, err)
 	}
 	objs, err := framework.DecodeYAML(out)
 	if err != nil {

@@ -56,6 +56,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "lifecycle" {
+		os.Exit(runLifecycle(os.Args[2:]))
+	}
 	o := bindFlags(flag.CommandLine)
 	flag.Parse()
 	if err := o.validate(); err != nil {

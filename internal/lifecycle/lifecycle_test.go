@@ -1,0 +1,116 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/yaml"
+)
+
+// upgrade-crds applies the CRD a release in another namespace needs: its
+// rule refuses that namespace's webhook ServiceAccount as a host, where
+// the chart's untemplated crds/ name the default namespace's.
+func TestCRDsRefuseTheReleaseNamespacesWebhookAsAHost(t *testing.T) {
+	crds, err := CRDs("team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crds) != 1 || crds[0].GetName() != "fenceconfigs.fence.sandbox.namzu.ai" {
+		t.Fatalf("CRDs: want the FenceConfig CRD alone, got %d", len(crds))
+	}
+	b, err := yaml.Marshal(crds[0].Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "self != 'system:serviceaccount:team-a:sandbox-fence-webhook'") {
+		t.Error("the CRD's host rule does not refuse team-a's webhook ServiceAccount")
+	}
+	if strings.Contains(string(b), shippedNamespace) {
+		t.Errorf("the CRD for team-a still names %s", shippedNamespace)
+	}
+}
+
+// upgrade-crds replaces the spec whole: a property an older release's CRD
+// had, and this one's lacks, is gone; labels others set stay.
+func TestUpgradeCRDsReplacesTheSpecAndLabelsTheVersion(t *testing.T) {
+	want, err := CRDs("team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := want[0].DeepCopy()
+	versions, _, _ := unstructured.NestedSlice(old.Object, "spec", "versions")
+	props := versions[0].(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)
+	props["removedProperty"] = map[string]any{"type": "string"}
+	if err := unstructured.SetNestedSlice(old.Object, versions, "spec", "versions"); err != nil {
+		t.Fatal(err)
+	}
+	old.SetLabels(map[string]string{"admin": "kept"})
+	_ = unstructured.SetNestedSlice(old.Object, []any{map[string]any{"type": "Established", "status": "True"}}, "status", "conditions")
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(old).Build()
+	if err := UpgradeCRDs(context.Background(), c, "team-a", "0.1.1", t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	got := want[0].DeepCopy()
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(got), got); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want[0].Object["spec"], got.Object["spec"]); d != "" {
+		t.Errorf("the CRD's spec after upgrade-crds (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[string]string{"admin": "kept", "app.kubernetes.io/version": "0.1.1"}, got.GetLabels()); d != "" {
+		t.Errorf("the CRD's labels after upgrade-crds (-want +got):\n%s", d)
+	}
+}
+
+// unfence deletes the release's callers before what they call, and
+// nothing of another release or of a kustomize install.
+func TestUnfenceDeletesTheReleasesWebhookThenBindingsThenPolicies(t *testing.T) {
+	helm := func(release string) map[string]string {
+		return map[string]string{"app.kubernetes.io/instance": release, "app.kubernetes.io/managed-by": "Helm"}
+	}
+	meta := func(name string, labels map[string]string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Labels: labels}
+	}
+	objs := []client.Object{
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: meta("a-policy", helm("a"))},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: meta("a-binding", helm("a"))},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: meta("a-webhook", helm("a"))},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: meta("b-policy", helm("b"))},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: meta("kustomize-webhook", map[string]string{"app.kubernetes.io/instance": "a"})},
+	}
+	var deleted []string
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			deleted = append(deleted, obj.GetName())
+			return c.Delete(ctx, obj, opts...)
+		},
+	}).Build()
+	if err := Unfence(context.Background(), c, "a", t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"a-webhook", "a-binding", "a-policy"}, deleted); d != "" {
+		t.Errorf("unfence deleted (-want +got):\n%s", d)
+	}
+}
+
+func scheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
