@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -71,5 +72,24 @@ func TestAuditRefusesANamespaceAndAllNamespaces(t *testing.T) {
 	cmd.SetArgs([]string{"--kubeconfig", filepath.Join(t.TempDir(), "none"), "audit", "-n", "sbx", "-A"})
 	if code := ExitCode(cmd.Execute(), &out); code != 2 || !strings.Contains(out.String(), "-n and -A contradict each other") {
 		t.Errorf("exit %d, want 2 with the contradiction named:\n%s", code, out.String())
+	}
+}
+
+// -o takes kubectl's template formats, through kubectl's printers, and
+// names the formats when it gets one it does not know.
+func TestOutputTakesKubectlsTemplateFormats(t *testing.T) {
+	for format, want := range map[string]string{
+		"jsonpath={.client.platform}":         runtime.GOOS + "/" + runtime.GOARCH,
+		"go-template={{.client.platform}}":    runtime.GOOS + "/" + runtime.GOARCH,
+		"jsonpath-as-json={.client.platform}": `"` + runtime.GOOS + "/" + runtime.GOARCH + `"`,
+		"xml":                                 `error: -o "xml": must be one of table, json, yaml, or a template format as kubectl takes`,
+	} {
+		var out bytes.Buffer
+		cmd := NewCommand(Streams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+		cmd.SetArgs([]string{"version", "--client", "-o", format})
+		ExitCode(cmd.Execute(), &out)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("kubectl fence version --client -o %s printed %q, want %q in it", format, out.String(), want)
+		}
 	}
 }

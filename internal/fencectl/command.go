@@ -80,7 +80,7 @@ func NewCommand(streams Streams) *cobra.Command {
 		SilenceErrors: true,
 	}
 	r.flags.AddFlags(cmd.PersistentFlags())
-	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json or yaml; audit also policyreport.")
+	cmd.PersistentFlags().StringVarP(&r.output, "output", "o", "table", "Output format: table, json, yaml, or a template as kubectl takes (jsonpath=..., go-template=...); audit also policyreport.")
 	cmd.PersistentFlags().StringVar(&r.opts.ConfigName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the FenceConfig the installation reads.")
 	cmd.PersistentFlags().StringVar(&r.opts.PolicyPrefix, "policy-prefix", "", "The namePrefix the policies were installed with (docs/install.md, Rename the policies).")
 	cmd.AddCommand(r.audit(), r.status(), r.check(), r.version(), r.test())

@@ -7,17 +7,23 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 )
 
-// Output formats of every command (-o).
+// Output formats of every command (-o), besides kubectl's template
+// formats: jsonpath=, jsonpath-file=, jsonpath-as-json=, go-template=,
+// go-template-file=, template= and templatefile=.
 var Outputs = []string{"table", "json", "yaml"}
 
 // OutputPolicyReport is audit's -o for its findings as policy reports
 // (AuditReport.PolicyReports).
 const OutputPolicyReport = "policyreport"
 
-// Print writes v as JSON or YAML, or as text for a person ("table").
+// Print writes v as JSON or YAML, as text for a person ("table"), or
+// through the printer kubectl itself uses for a template format
+// (-o jsonpath='{.findings[*].name}'), over v's JSON.
 func Print(w io.Writer, format string, v any, text func() string) error {
 	switch format {
 	case "", "table":
@@ -38,7 +44,22 @@ func Print(w io.Writer, format string, v any, text func() string) error {
 		_, err = w.Write(b)
 		return err
 	}
-	return fmt.Errorf("-o %q: must be one of %s", format, strings.Join(Outputs, ", "))
+	p, err := genericclioptions.NewKubeTemplatePrintFlags().ToPrinter(format)
+	if genericclioptions.IsNoCompatiblePrinterError(err) {
+		return fmt.Errorf("-o %q: must be one of %s, or a template format as kubectl takes (jsonpath=..., go-template=...)", format, strings.Join(Outputs, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("-o %q: %w", format, err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{}
+	if err := json.Unmarshal(b, &u.Object); err != nil {
+		return err
+	}
+	return p.PrintObj(u, w)
 }
 
 // String renders the audit for a person: one line per finding.
