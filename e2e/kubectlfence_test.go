@@ -254,20 +254,26 @@ func TestKubectlFenceAuditFindsEachSeededViolation(t *testing.T) {
 		t.Errorf("audit -o wide exited %d, want 2 (cannot run): %s", code, out)
 	}
 
-	// As policy reports, applied by an admin and listed as kubectl lists
-	// them: the Fail column counts the findings each report holds.
-	code, reports := fenceCtl(t, "audit", "-o", "policyreport")
-	if code != 1 {
-		t.Fatalf("audit -o policyreport exited %d:\n%s", code, reports)
-	}
-	if out, err := kubectlAs(t, env.Admin, []byte(reports), "apply", "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply of the policy reports: %v\n%s", err, out)
+	// As policy reports, written by an admin (--as= drops the reader:
+	// the read-only role writes nothing) over a stale report of a namespace
+	// with nothing left to audit, and listed as kubectl lists them: the
+	// Fail column counts the findings each report holds.
+	stale := fmt.Sprintf("{apiVersion: openreports.io/v1alpha1, kind: Report, metadata: {name: %s, namespace: default, labels: {app.kubernetes.io/managed-by: %s}}}", fencectl.ReportName, fencectl.ReportManagedBy)
+	if out, err := kubectlAs(t, env.Admin, []byte(stale), "apply", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply of a stale report: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := kubectlAs(t, env.Admin, []byte(reports), "delete", "-f", "-"); err != nil {
+		if out, err := kubectlAs(t, env.Admin, nil, "delete", "reports,clusterreports", "-A", "-l", "app.kubernetes.io/managed-by="+fencectl.ReportManagedBy); err != nil {
 			t.Errorf("delete the policy reports: %v\n%s", err, out)
 		}
 	})
+	if code, out := fenceCtl(t, "audit", "-o", "policyreport", "--write"); code != 2 || !strings.Contains(out, "forbidden") {
+		t.Errorf("audit --write as the read-only role exited %d, want 2 with forbidden:\n%s", code, out)
+	}
+	code, out := fenceCtl(t, "audit", "-o", "policyreport", "--write", "--as=")
+	if code != 1 || !strings.Contains(out, "report(s), deleted 1 stale") {
+		t.Fatalf("audit -o policyreport --write exited %d, want 1 with the stale report deleted:\n%s", code, out)
+	}
 	inNamespace := 0
 	for _, f := range r.Findings {
 		if f.Namespace == ns {

@@ -64,14 +64,22 @@ func TestKubectlFenceTestJudgesEachCase(t *testing.T) {
 	}
 }
 
-// -n names one namespace and -A all of them: both at once is refused before
-// the cluster is read.
-func TestAuditRefusesANamespaceAndAllNamespaces(t *testing.T) {
-	var out bytes.Buffer
-	cmd := NewCommand(Streams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
-	cmd.SetArgs([]string{"--kubeconfig", filepath.Join(t.TempDir(), "none"), "audit", "-n", "sbx", "-A"})
-	if code := ExitCode(cmd.Execute(), &out); code != 2 || !strings.Contains(out.String(), "-n and -A contradict each other") {
-		t.Errorf("exit %d, want 2 with the contradiction named:\n%s", code, out.String())
+// Contradictory flags are refused before the cluster is read: -n names one
+// namespace and -A all of them; --write writes policy reports, of the whole
+// cluster.
+func TestAuditRefusesContradictoryFlags(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"-n sbx -A", "-n and -A contradict each other"},
+		{"--write", "--write writes policy reports: add -o policyreport"},
+		{"-o policyreport --write -l a=b", "--write replaces the whole cluster's reports"},
+		{"-o policyreport --write -n sbx", "--write replaces the whole cluster's reports"},
+	} {
+		var out bytes.Buffer
+		cmd := NewCommand(Streams{In: strings.NewReader(""), Out: &out, ErrOut: &out})
+		cmd.SetArgs(append([]string{"--kubeconfig", filepath.Join(t.TempDir(), "none"), "audit"}, strings.Fields(c.args)...))
+		if code := ExitCode(cmd.Execute(), &out); code != 2 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("audit %s: exit %d, want 2 with %q:\n%s", c.args, code, c.want, out.String())
+		}
 	}
 }
 

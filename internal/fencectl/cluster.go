@@ -1,7 +1,9 @@
 // Package fencectl is what `kubectl fence` does (cmd/kubectl-fence is its
 // wiring): audit what already exists against the installed fence, show one
 // Sandbox's fencing state, and check an installation. Everything is read
-// with the caller's credentials; nothing is ever written.
+// with the caller's credentials; nothing is written but the policy
+// reports of WriteReports, which the in-cluster reports job (webhook report)
+// writes.
 package fencectl
 
 import (

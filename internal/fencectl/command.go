@@ -68,7 +68,8 @@ func NewCommand(streams Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubectl fence",
 		Short: "Audit, inspect and check sandbox-fence on a cluster",
-		Long: `kubectl fence reads the cluster with your credentials and writes nothing; test reads no cluster.
+		Long: `kubectl fence reads the cluster with your credentials and writes nothing but audit --write's
+policy reports; test reads no cluster.
 
   audit           what the installed fence would refuse among the existing Sandboxes
                   and per-sandbox CiliumNetworkPolicies (exit 1 on findings)
@@ -104,7 +105,7 @@ func (r *root) clients() (Clients, error) {
 }
 
 func (r *root) audit() *cobra.Command {
-	var all bool
+	var all, write bool
 	var selector string
 	cmd := &cobra.Command{
 		Use:   "audit",
@@ -121,8 +122,9 @@ Every namespace is audited unless -n names one; -l narrows the Sandboxes and
 per-sandbox policies audited to those whose labels match.
 
 -o policyreport writes the findings as openreports.io/v1alpha1 Reports (one per
-namespace, named sandbox-fence) and a ClusterReport, for kubectl apply
-(docs/kubectl-fence.md, Policy reports).`,
+namespace, named sandbox-fence) and a ClusterReport, for kubectl apply; with
+--write it applies them itself and deletes the stale ones, the one write the
+plugin makes (docs/kubectl-fence.md, Policy reports).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o := AuditOptions{Options: r.opts, Selector: selector}
@@ -132,6 +134,12 @@ namespace, named sandbox-fence) and a ClusterReport, for kubectl apply
 				}
 				o.Namespace = *r.flags.Namespace
 			}
+			switch {
+			case write && r.output != OutputPolicyReport:
+				return errors.New("--write writes policy reports: add -o policyreport")
+			case write && (o.Namespace != "" || o.Selector != ""):
+				return errors.New("--write replaces the whole cluster's reports, deleting those it did not write: audit every object (drop -n and -l)")
+			}
 			c, err := r.clients()
 			if err != nil {
 				return err
@@ -140,9 +148,16 @@ namespace, named sandbox-fence) and a ClusterReport, for kubectl apply
 			if err != nil {
 				return err
 			}
-			if r.output == OutputPolicyReport {
+			switch {
+			case write:
+				written, deleted, werr := WriteReports(cmd.Context(), c, rep.PolicyReports(time.Now()))
+				if werr != nil {
+					return werr
+				}
+				_, err = fmt.Fprintf(r.streams.Out, "%d finding(s): wrote %d report(s), deleted %d stale\n", len(rep.Findings), written, deleted)
+			case r.output == OutputPolicyReport:
 				err = Print(r.streams.Out, "yaml", rep.PolicyReports(time.Now()), nil)
-			} else {
+			default:
 				err = Print(r.streams.Out, r.output, rep, rep.String)
 			}
 			if err != nil {
@@ -156,6 +171,7 @@ namespace, named sandbox-fence) and a ClusterReport, for kubectl apply
 	}
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Audit every namespace (the default unless -n names one).")
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "Audit only the Sandboxes and per-sandbox policies whose labels match this selector (kubectl's syntax).")
+	cmd.Flags().BoolVar(&write, "write", false, "With -o policyreport: apply the reports to the cluster (server-side) and delete the stale ones, instead of printing them; needs write access to reports and clusterreports.")
 	return cmd
 }
 

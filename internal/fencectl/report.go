@@ -1,13 +1,20 @@
 package fencectl
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"sort"
 	"time"
 
 	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 )
 
 // The audit as policy reports (`kubectl fence audit -o policyreport`), in
@@ -105,4 +112,61 @@ func apiVersionOf(kind string) string {
 		return cnpGVR.GroupVersion().String()
 	}
 	return "v1"
+}
+
+// ReportsFieldManager writes the reports WriteReports applies.
+const ReportsFieldManager = "sandbox-fence-reports"
+
+var (
+	reportGVR        = reportsv1alpha1.SchemeGroupVersion.WithResource("reports")
+	clusterReportGVR = reportsv1alpha1.SchemeGroupVersion.WithResource("clusterreports")
+)
+
+// WriteReports applies list (PolicyReports) server-side, then deletes every
+// report labelled ReportManagedBy that list does not hold: the report of a
+// namespace with nothing left to audit, or that is gone. It is what the
+// in-cluster reports job runs (`webhook report`), and what docs/kubectl-fence.md's
+// delete-then-apply does by hand, without the moment with no reports.
+func WriteReports(ctx context.Context, c Clients, list *metav1.List) (written, deleted int, err error) {
+	keep := map[string]bool{}
+	for _, item := range list.Items {
+		b, err := json.Marshal(item.Object)
+		if err != nil {
+			return written, deleted, err
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			return written, deleted, err
+		}
+		var ri dynamic.ResourceInterface = c.Dynamic.Resource(clusterReportGVR)
+		if u.GetNamespace() != "" {
+			ri = c.Dynamic.Resource(reportGVR).Namespace(u.GetNamespace())
+		}
+		if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: ReportsFieldManager, Force: true}); err != nil {
+			return written, deleted, fmt.Errorf("writing %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+		}
+		keep[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = true
+		written++
+	}
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=" + ReportManagedBy}
+	for kind, gvr := range map[string]schema.GroupVersionResource{"Report": reportGVR, "ClusterReport": clusterReportGVR} {
+		have, err := c.Dynamic.Resource(gvr).List(ctx, sel)
+		if err != nil {
+			return written, deleted, fmt.Errorf("listing %ss: %w", kind, err)
+		}
+		for _, r := range have.Items {
+			if keep[kind+"/"+r.GetNamespace()+"/"+r.GetName()] {
+				continue
+			}
+			var ri dynamic.ResourceInterface = c.Dynamic.Resource(gvr)
+			if r.GetNamespace() != "" {
+				ri = c.Dynamic.Resource(gvr).Namespace(r.GetNamespace())
+			}
+			if err := ri.Delete(ctx, r.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return written, deleted, fmt.Errorf("deleting %s %s/%s: %w", kind, r.GetNamespace(), r.GetName(), err)
+			}
+			deleted++
+		}
+	}
+	return written, deleted, nil
 }
