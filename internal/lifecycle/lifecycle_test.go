@@ -18,31 +18,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// upgrade-crds applies the CRD a release in another namespace needs: its
-// rule refuses that namespace's webhook ServiceAccount as a host, where
-// the chart's untemplated crds/ name the default namespace's.
-func TestCRDsRefuseTheReleaseNamespacesWebhookAsAHost(t *testing.T) {
-	crds, err := CRDs("team-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(crds) != 1 || crds[0].GetName() != "fenceconfigs.fence.sandbox.namzu.ai" {
-		t.Fatalf("CRDs: want the FenceConfig CRD alone, got %d", len(crds))
-	}
-	b, err := yaml.Marshal(crds[0].Object)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), "self != 'system:serviceaccount:team-a:sandbox-fence-webhook'") {
-		t.Error("the CRD's host rule does not refuse team-a's webhook ServiceAccount")
-	}
-	if strings.Contains(string(b), shippedNamespace) {
-		t.Errorf("the CRD for team-a still names %s", shippedNamespace)
-	}
-}
-
 // upgrade-crds replaces the spec whole: a property an older release's CRD
-// had, and this one's lacks, is gone; labels others set stay.
+// had, and this one's lacks, is gone; labels others set stay. The new spec
+// refuses the release namespace's webhook ServiceAccount as a host, where
+// the chart's untemplated crds/ name the default namespace's.
 func TestUpgradeCRDsReplacesTheSpecAndLabelsTheVersion(t *testing.T) {
 	want, err := CRDs("team-a")
 	if err != nil {
@@ -67,6 +46,10 @@ func TestUpgradeCRDsReplacesTheSpecAndLabelsTheVersion(t *testing.T) {
 	}
 	if d := cmp.Diff(want[0].Object["spec"], got.Object["spec"]); d != "" {
 		t.Errorf("the CRD's spec after upgrade-crds (-want +got):\n%s", d)
+	}
+	if b, _ := yaml.Marshal(got.Object); !strings.Contains(string(b), "'system:serviceaccount:team-a:sandbox-fence-webhook'") ||
+		strings.Contains(string(b), shippedNamespace) {
+		t.Errorf("the CRD's host rule does not name team-a's webhook ServiceAccount alone:\n%s", b)
 	}
 	if d := cmp.Diff(map[string]string{"admin": "kept", "app.kubernetes.io/version": "0.1.1"}, got.GetLabels()); d != "" {
 		t.Errorf("the CRD's labels after upgrade-crds (-want +got):\n%s", d)
