@@ -23,6 +23,11 @@ const (
 	// and the webhook read unless told otherwise.
 	DefaultConfigName = "sandbox-fence"
 
+	// DefaultNamespace is the webhook's namespace as config/ installs it;
+	// the CRD's rule refusing the webhook's own ServiceAccount as a host
+	// names it.
+	DefaultNamespace = "sandbox-fence-system"
+
 	// FencedNamespaceLabel opts a namespace in: the CiliumNetworkPolicy fence
 	// (VAP binding and webhook) matches only namespaces labelled
 	// FencedNamespaceLabel=FencedNamespaceValue. Namespaces are written by

@@ -33,13 +33,18 @@ each as a hook Job (docs/install.md, Install with Helm):
 func runLifecycle(args []string) int {
 	fs := flag.NewFlagSet("lifecycle", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), lifecycleUsage); fs.PrintDefaults() }
-	ns := os.Getenv("POD_NAMESPACE")
-	if ns == "" {
-		ns = defaultNamespace
-	}
-	namespace := fs.String("namespace", ns, "The release namespace, whose webhook ServiceAccount the CRD refuses as a host (defaults to $POD_NAMESPACE).")
+	namespace := fs.String("namespace", podNamespace(), "The release namespace, whose webhook ServiceAccount the CRD refuses as a host (defaults to $POD_NAMESPACE).")
 	release := fs.String("release", "", "The Helm release whose objects unfence deletes (label app.kubernetes.io/instance).")
 	version := fs.String("version", buildinfo.Version(), "The release version upgrade-crds labels the CRDs with (app.kubernetes.io/version).")
+	steps := map[string]func(context.Context, client.Client, func(string, ...any)) error{
+		"upgrade-crds": func(ctx context.Context, c client.Client, logf func(string, ...any)) error {
+			return lifecycle.UpgradeCRDs(ctx, c, *namespace, *version, logf)
+		},
+		"unfence": func(ctx context.Context, c client.Client, logf func(string, ...any)) error {
+			return lifecycle.Unfence(ctx, c, *release, logf)
+		},
+		"delete-crds": lifecycle.DeleteCRDs,
+	}
 	if len(args) == 0 {
 		fs.Usage()
 		return 2
@@ -48,8 +53,9 @@ func runLifecycle(args []string) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
+	run, ok := steps[step]
 	switch {
-	case step != "upgrade-crds" && step != "unfence" && step != "delete-crds":
+	case !ok:
 		fmt.Fprintf(os.Stderr, "lifecycle: unknown step %q\n\n%s", step, lifecycleUsage)
 		return 2
 	case step == "unfence" && *release == "":
@@ -76,14 +82,7 @@ func runLifecycle(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	logf := func(format string, a ...any) { fmt.Printf("lifecycle %s: "+format+"\n", append([]any{step}, a...)...) }
-	switch step {
-	case "upgrade-crds":
-		err = lifecycle.UpgradeCRDs(ctx, c, *namespace, *version, logf)
-	case "unfence":
-		err = lifecycle.Unfence(ctx, c, *release, logf)
-	case "delete-crds":
-		err = lifecycle.DeleteCRDs(ctx, c, logf)
-	}
+	err = run(ctx, c, logf)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lifecycle %s: %v\n", step, err)
 		return 1

@@ -39,15 +39,21 @@ type options struct {
 	ownerCacheWait    time.Duration
 }
 
-const defaultNamespace = "sandbox-fence-system"
+const defaultNamespace = fencev1alpha1.DefaultNamespace
+
+// podNamespace is the namespace the pod runs in ($POD_NAMESPACE, from the
+// downward API), else the one config/ installs into.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return defaultNamespace
+}
 
 func bindFlags(fs *flag.FlagSet) *options {
 	o := &options{}
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
-	ns := os.Getenv("POD_NAMESPACE")
-	if ns == "" {
-		ns = defaultNamespace
-	}
+	ns := podNamespace()
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory holding tls.crt and tls.key; reloaded when they change.")
 	fs.IntVar(&o.port, "port", 9443, "Port of the webhook's TLS listener.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address of the webhook's TLS listener; empty means all addresses.")

@@ -17,11 +17,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 
@@ -35,7 +37,7 @@ import (
 // Default names of the webhook's objects (config/webhook).
 const (
 	DefaultWebhookConfig    = "sandbox-fence-webhook"
-	DefaultWebhookNamespace = "sandbox-fence-system"
+	DefaultWebhookNamespace = fencev1alpha1.DefaultNamespace
 )
 
 // CRDs are the custom resources the fence reads or guards.
@@ -330,15 +332,10 @@ func checkBaseline(ctx context.Context, c Clients, o CheckOptions, add func(stri
 	add(what, true, "selects every pod of the opted-in namespaces")
 }
 
-func established(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
+func established(u *unstructured.Unstructured) bool {
+	var crd apiextensionsv1.CustomResourceDefinition
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &crd) == nil &&
+		apihelpers.IsCRDConditionTrue(&crd, apiextensionsv1.Established)
 }
 
 func typeWarnings(p *admissionregistrationv1.ValidatingAdmissionPolicy) string {

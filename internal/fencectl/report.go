@@ -2,7 +2,6 @@ package fencectl
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -130,19 +129,16 @@ var (
 func WriteReports(ctx context.Context, c Clients, list *metav1.List) (written, deleted int, err error) {
 	keep := map[string]bool{}
 	for _, item := range list.Items {
-		b, err := json.Marshal(item.Object)
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(item.Object)
 		if err != nil {
 			return written, deleted, err
 		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(b); err != nil {
-			return written, deleted, err
-		}
-		var ri dynamic.ResourceInterface = c.Dynamic.Resource(clusterReportGVR)
+		u := &unstructured.Unstructured{Object: m}
+		gvr := clusterReportGVR
 		if u.GetNamespace() != "" {
-			ri = c.Dynamic.Resource(reportGVR).Namespace(u.GetNamespace())
+			gvr = reportGVR
 		}
-		if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: ReportsFieldManager, Force: true}); err != nil {
+		if _, err := reportResource(c, gvr, u.GetNamespace()).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: ReportsFieldManager, Force: true}); err != nil {
 			return written, deleted, fmt.Errorf("writing %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 		}
 		keep[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = true
@@ -158,15 +154,20 @@ func WriteReports(ctx context.Context, c Clients, list *metav1.List) (written, d
 			if keep[kind+"/"+r.GetNamespace()+"/"+r.GetName()] {
 				continue
 			}
-			var ri dynamic.ResourceInterface = c.Dynamic.Resource(gvr)
-			if r.GetNamespace() != "" {
-				ri = c.Dynamic.Resource(gvr).Namespace(r.GetNamespace())
-			}
-			if err := ri.Delete(ctx, r.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if err := reportResource(c, gvr, r.GetNamespace()).Delete(ctx, r.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return written, deleted, fmt.Errorf("deleting %s %s/%s: %w", kind, r.GetNamespace(), r.GetName(), err)
 			}
 			deleted++
 		}
 	}
 	return written, deleted, nil
+}
+
+// reportResource is the client of a report in namespace, or of a
+// cluster-scoped one when namespace is empty.
+func reportResource(c Clients, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return c.Dynamic.Resource(gvr)
+	}
+	return c.Dynamic.Resource(gvr).Namespace(namespace)
 }

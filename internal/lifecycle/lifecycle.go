@@ -23,48 +23,42 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/config"
 )
 
 // FieldManager is the manager of the fields upgrade-crds writes.
 const FieldManager = "sandbox-fence-lifecycle"
 
-// shippedNamespace is the namespace config/crd's rules name; the chart's
-// crds/ keep it, as Helm installs them untemplated.
-const shippedNamespace = "sandbox-fence-system"
-
-// CRDs are the CRDs this binary was built with, for namespace: the rule
+// embeddedCRDs are the CRDs this binary was built with, for namespace: the rule
 // that refuses the webhook's own ServiceAccount as a host names that
 // namespace's, as kustomize's namespace transformer writes it.
-func CRDs(namespace string) ([]*unstructured.Unstructured, error) {
+func embeddedCRDs(namespace string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	files, err := fs.Glob(config.CRDs, "crd/bases/*.yaml")
 	if err != nil {
 		return nil, err
 	}
-	var crds []*unstructured.Unstructured
+	var crds []*apiextensionsv1.CustomResourceDefinition
 	for _, f := range files {
 		b, err := fs.ReadFile(config.CRDs, f)
 		if err != nil {
 			return nil, err
 		}
-		text := strings.ReplaceAll(string(b), "system:serviceaccount:"+shippedNamespace+":", "system:serviceaccount:"+namespace+":")
-		j, err := yaml.YAMLToJSON([]byte(text))
-		if err != nil {
+		text := strings.ReplaceAll(string(b), "system:serviceaccount:"+fencev1alpha1.DefaultNamespace+":", "system:serviceaccount:"+namespace+":")
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict([]byte(text), crd); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(j); err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		crds = append(crds, u)
+		crds = append(crds, crd)
 	}
 	return crds, nil
 }
@@ -75,50 +69,40 @@ func CRDs(namespace string) ([]*unstructured.Unstructured, error) {
 // CRD from crds/ and owns its fields, so an apply would leave a schema
 // property a release removed.
 func UpgradeCRDs(ctx context.Context, c client.Client, namespace, version string, logf func(string, ...any)) error {
-	crds, err := CRDs(namespace)
+	crds, err := embeddedCRDs(namespace)
 	if err != nil {
 		return err
 	}
 	for _, want := range crds {
-		crd := &unstructured.Unstructured{}
-		crd.SetGroupVersionKind(want.GroupVersionKind())
+		crd := &apiextensionsv1.CustomResourceDefinition{}
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(want), crd); err != nil {
 				return err
 			}
-			crd.Object["spec"] = want.Object["spec"]
-			labels := crd.GetLabels()
-			if labels == nil {
-				labels = map[string]string{}
+			crd.Spec = want.Spec
+			if crd.Labels == nil {
+				crd.Labels = map[string]string{}
 			}
-			maps.Copy(labels, want.GetLabels())
-			labels["app.kubernetes.io/version"] = version
-			crd.SetLabels(labels)
+			maps.Copy(crd.Labels, want.Labels)
+			crd.Labels["app.kubernetes.io/version"] = version
 			return c.Update(ctx, crd, client.FieldOwner(FieldManager))
 		})
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("CRD %s is missing: helm install creates it from the chart's crds/; apply those (helm show crds) and upgrade again", want.GetName())
+			return fmt.Errorf("CRD %s is missing: helm install creates it from the chart's crds/; apply those (helm show crds) and upgrade again", want.Name)
 		}
 		if err != nil {
-			return fmt.Errorf("replacing CRD %s: %w", want.GetName(), err)
+			return fmt.Errorf("replacing CRD %s: %w", want.Name, err)
 		}
 		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(want), crd); err != nil {
 				return false, err
 			}
-			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-			for _, cond := range conds {
-				m, _ := cond.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return true, nil
-				}
-			}
-			return false, nil
+			return apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established), nil
 		})
 		if err != nil {
-			return fmt.Errorf("CRD %s replaced but not established within a minute: %w", want.GetName(), err)
+			return fmt.Errorf("CRD %s replaced but not established within a minute: %w", want.Name, err)
 		}
-		logf("CRD %s replaced and established (version %s)", want.GetName(), version)
+		logf("CRD %s replaced and established (version %s)", want.Name, version)
 	}
 	return nil
 }
@@ -158,7 +142,7 @@ func Unfence(ctx context.Context, c client.Client, release string, logf func(str
 // DeleteCRDs deletes the CRDs this binary was built with, and with them
 // every object of their kinds.
 func DeleteCRDs(ctx context.Context, c client.Client, logf func(string, ...any)) error {
-	crds, err := CRDs(shippedNamespace)
+	crds, err := embeddedCRDs(fencev1alpha1.DefaultNamespace)
 	if err != nil {
 		return err
 	}
@@ -166,11 +150,11 @@ func DeleteCRDs(ctx context.Context, c client.Client, logf func(string, ...any))
 		err := c.Delete(ctx, crd)
 		switch {
 		case apierrors.IsNotFound(err):
-			logf("CRD %s: already gone", crd.GetName())
+			logf("CRD %s: already gone", crd.Name)
 		case err != nil:
-			return fmt.Errorf("deleting CRD %s: %w", crd.GetName(), err)
+			return fmt.Errorf("deleting CRD %s: %w", crd.Name, err)
 		default:
-			logf("deleted CRD %s", crd.GetName())
+			logf("deleted CRD %s", crd.Name)
 		}
 	}
 	return nil

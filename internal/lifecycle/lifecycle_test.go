@@ -9,13 +9,14 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/yaml"
+
+	fencev1alpha1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 )
 
 // upgrade-crds replaces the spec whole: a property an older release's CRD
@@ -23,35 +24,30 @@ import (
 // refuses the release namespace's webhook ServiceAccount as a host, where
 // the chart's untemplated crds/ name the default namespace's.
 func TestUpgradeCRDsReplacesTheSpecAndLabelsTheVersion(t *testing.T) {
-	want, err := CRDs("team-a")
+	want, err := embeddedCRDs("team-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := want[0].DeepCopy()
-	versions, _, _ := unstructured.NestedSlice(old.Object, "spec", "versions")
-	props := versions[0].(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)
-	props["removedProperty"] = map[string]any{"type": "string"}
-	if err := unstructured.SetNestedSlice(old.Object, versions, "spec", "versions"); err != nil {
-		t.Fatal(err)
-	}
-	old.SetLabels(map[string]string{"admin": "kept"})
-	_ = unstructured.SetNestedSlice(old.Object, []any{map[string]any{"type": "Established", "status": "True"}}, "status", "conditions")
+	old.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["removedProperty"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
+	old.Labels = map[string]string{"admin": "kept"}
+	old.Status.Conditions = []apiextensionsv1.CustomResourceDefinitionCondition{{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue}}
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(old).Build()
 	if err := UpgradeCRDs(context.Background(), c, "team-a", "0.1.1", t.Logf); err != nil {
 		t.Fatal(err)
 	}
-	got := want[0].DeepCopy()
-	if err := c.Get(context.Background(), client.ObjectKeyFromObject(got), got); err != nil {
+	got := &apiextensionsv1.CustomResourceDefinition{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(want[0]), got); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(want[0].Object["spec"], got.Object["spec"]); d != "" {
+	if d := cmp.Diff(want[0].Spec, got.Spec); d != "" {
 		t.Errorf("the CRD's spec after upgrade-crds (-want +got):\n%s", d)
 	}
-	if b, _ := yaml.Marshal(got.Object); !strings.Contains(string(b), "'system:serviceaccount:team-a:sandbox-fence-webhook'") ||
-		strings.Contains(string(b), shippedNamespace) {
+	if b, _ := yaml.Marshal(got.Spec); !strings.Contains(string(b), "'system:serviceaccount:team-a:sandbox-fence-webhook'") ||
+		strings.Contains(string(b), fencev1alpha1.DefaultNamespace) {
 		t.Errorf("the CRD's host rule does not name team-a's webhook ServiceAccount alone:\n%s", b)
 	}
-	if d := cmp.Diff(map[string]string{"admin": "kept", "app.kubernetes.io/version": "0.1.1"}, got.GetLabels()); d != "" {
+	if d := cmp.Diff(map[string]string{"admin": "kept", "app.kubernetes.io/version": "0.1.1"}, got.Labels); d != "" {
 		t.Errorf("the CRD's labels after upgrade-crds (-want +got):\n%s", d)
 	}
 }
