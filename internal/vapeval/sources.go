@@ -9,7 +9,7 @@ import (
 )
 
 // source is one CEL expression of a policy, named by the field every
-// report of this package uses for it, so that costs, estimates and passes
+// report of this package uses for it, so that costs and passes
 // computed apart meet on the same name.
 type source struct {
 	// Kind is variable, matchCondition, validation, messageExpression or
