@@ -52,6 +52,14 @@ render() {
 }
 
 if [[ -n ${CILIUM_IMAGE:-} ]]; then
+  # The suite predicts what pods reach with the pinned release's own code:
+  # an image of another release would be checked against the wrong
+  # prediction. A tagged image must carry the pinned release's tag.
+  name=${CILIUM_IMAGE%%@*}
+  name=${name##*/}
+  if [[ $name == *:* && ${name##*:} != "$version" ]]; then
+    fail "CILIUM_IMAGE=$CILIUM_IMAGE is tagged ${name##*:}, but the suite predicts reach with Cilium $version ($reach/go.mod): use that release's image, or pin its release there and in e2e/go.mod"
+  fi
   rm -f "$bin"/cilium-image.tar "$stamp"
   render "$CILIUM_IMAGE" --set image.pullPolicy=IfNotPresent
   exit 0

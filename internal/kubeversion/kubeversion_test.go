@@ -79,8 +79,7 @@ func TestBuildScriptRefusesAReleaseBelowTheMinimum(t *testing.T) {
 }
 
 // What the docs promise follows the constant: README.md and docs/install.md
-// state the minimum. That .ci/run runs `make e2e-oldest` (OldestTested, read
-// by the Makefile) is e2e.TestCIRunsEveryStepInOrder's to check.
+// state the minimum.
 func TestTheDocsStateTheMinimum(t *testing.T) {
 	root := repoRoot(t)
 	m := version.MustParseSemantic(kubeversion.Minimum)
