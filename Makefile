@@ -112,8 +112,8 @@ testreport: ## Build hack/testreport, which checks every go test run for skips a
 	@$(GO) -C hack build -o $(BIN)/testreport ./testreport
 
 .PHONY: upstream-crds
-upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the tests check against (the version pinned in e2e/ciliumproof/go.mod; once, into the Go module cache).
-	cd e2e/ciliumproof && $(GO) mod download github.com/cilium/cilium
+upstream-crds: ## Download the Cilium module whose CiliumNetworkPolicy CRD the tests check against (the version pinned in e2e/go.mod; once, into the Go module cache).
+	cd e2e && $(GO) mod download github.com/cilium/cilium
 
 # -timeout 30m: with an empty build cache TestReleaseIsReproducible
 # (hack/release) cross-compiles the webhook for arm64 and builds the Helm
@@ -135,13 +135,13 @@ fuzz: ## Every fuzz target for FUZZ_TIME (15s) each, from its committed corpus (
 # ciliumreach is compiled first, outside go test's -timeout: the tests only
 # link it then, and a cold compile of Cilium's repository takes minutes.
 .PHONY: test-cilium
-test-cilium: testreport upstream-crds ## What a sandbox reaches under admitted egress policies, by Cilium's own code: the property test of e2e/ciliumproof and its policy-repository program e2e/ciliumproof/reach (each its own module).
+test-cilium: testreport upstream-crds ## What a sandbox reaches under admitted egress policies, by Cilium's own code: the property test of e2e/ciliumproof (build tag cilium) and its policy-repository program e2e/ciliumproof/reach (a module of its own).
 	$(GO) -C e2e/ciliumproof/reach build -o /dev/null .
-	$(call gotest,test-cilium,-count=1 -timeout 20m ./...,e2e/ciliumproof e2e/ciliumproof/reach)
+	$(call gotest,test-cilium,-count=1 -timeout 20m -tags cilium ./...,e2e/ciliumproof e2e/ciliumproof/reach)
 
 .PHONY: fuzz-cilium
 fuzz-cilium: ## Long run of the Cilium property test as a Go fuzz target (CILIUM_FUZZ_TIME, default 1h).
-	cd e2e/ciliumproof && $(GO) test -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(CILIUM_FUZZ_TIME) .
+	cd e2e/ciliumproof && $(GO) test -tags cilium -run '^$$' -fuzz FuzzAdmittedBodies -fuzztime $(CILIUM_FUZZ_TIME) .
 
 # Not part of make test: it runs the suites once per rule (docs/testing.md);
 # a scheduled workflow runs it weekly (.github/workflows/weekly.yml).
@@ -168,12 +168,11 @@ lint: ## gofmt (fails on any unformatted file) and go vet, all build tags.
 	$(GO) -C e2e vet -tags e2e,cilium ./...
 	$(GO) -C e2e vet -tags soak ./soak/...
 	$(GO) -C hack vet ./...
-	$(GO) -C e2e/ciliumproof vet ./...
 	$(GO) -C e2e/ciliumproof/reach vet ./...
 
 # The modules make test builds (the peers' modules, hack/peers, only make
 # peers builds: tidying them downloads Kyverno's and Gatekeeper's graphs).
-TIDY_MODULES := . pkg/fence $(HARNESS) e2e/ciliumproof e2e/ciliumproof/reach hack/tools/kubernetes
+TIDY_MODULES := . pkg/fence $(HARNESS) e2e/ciliumproof/reach hack/tools/kubernetes
 
 # controller-gen's generators: FenceConfig's deep copy and CRD, from the
 # markers on api/v1alpha1.

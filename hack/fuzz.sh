@@ -28,7 +28,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 fuzztime=${1:-15s}
 
 # Every committed package that declares a target, nested modules included
-# (e2e/ciliumproof: FuzzAdmittedBodies, whose oracle is Cilium's own code).
+# (e2e/ciliumproof: FuzzAdmittedBodies, whose oracle is Cilium's own code;
+# its tests carry the build tag cilium, which no other package's do).
 # A package is built from its own module's root; the instrumented packages
 # are this repository's (the root module's path is a prefix of every nested
 # module's), so Cilium's packages come from make test-cilium's build.
@@ -56,7 +57,7 @@ for dir in "${dirs[@]}"; do
   pkg=$(cd "$mod" && go list "$rel")
   bin=$work/$(basename "$dir").test
   t0=$(date +%s)
-  (cd "$mod" && go test -c -gcflags="$module/...=-d=libfuzzer" -o "$bin" "$rel")
+  (cd "$mod" && go test -c -tags cilium -gcflags="$module/...=-d=libfuzzer" -o "$bin" "$rel")
   mapfile -t targets < <("$bin" -test.list '^Fuzz')
   echo "fuzz: built $pkg (${#targets[@]} targets) in $(($(date +%s) - t0))s"
   for target in "${targets[@]}"; do

@@ -45,19 +45,20 @@
 // in the source's endpoint policy, an address resolved to the identity of
 // its longest prefix as the datapath resolves it.
 //
-// # Why modules of their own
+// # Why a build tag and a module of its own
 //
 // github.com/sandbox-fence/sandbox-fence is the product: hosts import
 // pkg/fence, and nothing there may depend on Cilium, whose module graph is
-// larger than the product's own. This directory is a nested module
-// (github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof) that requires
+// larger than the product's own. This package belongs to the harness's
+// module (github.com/sandbox-fence/sandbox-fence/e2e), which requires
 // github.com/cilium/cilium and reaches the product through
-// `replace github.com/sandbox-fence/sandbox-fence => ../..`, so it always
-// tests the working tree, never a released copy. `go test ./...` at the
-// repository root does not enter it; `make test-cilium` runs it. Under the
-// product's module path, it may import the product's internal packages
-// (the Go "internal" rule goes by import path), which is how it runs the
-// shipped policies with internal/vapeval.
+// `replace github.com/sandbox-fence/sandbox-fence => ../`, so it always
+// tests the working tree, never a released copy. Under the product's module
+// path, it may import the product's internal packages (the Go "internal"
+// rule goes by import path), which is how it runs the shipped policies with
+// internal/vapeval. Its tests carry the build tag cilium: `go test ./...` in
+// e2e/ (make test-unit) leaves them to `make test-cilium`, which runs them
+// with -tags cilium.
 //
 // Cilium's policy repository cannot be built into that test binary.
 // pkg/policy imports pkg/crypto/certificatemanager, which imports
@@ -66,7 +67,7 @@
 // discovery.DiscoveryInterfaces; "duplicate method Discovery"). The
 // evaluator needs k8s.io/apiserver v0.37, which needs client-go v0.37, and
 // one Go build holds one version of a module. So the repository runs in a
-// program of a second nested module, reach
+// program of a nested module, reach
 // (github.com/sandbox-fence/sandbox-fence/e2e/ciliumproof/reach), which
 // requires Cilium alone, builds it with Cilium's own k8s.io (v0.36;
 // TestTheK8sModulesAreCiliumsOwn there keeps them Cilium's) and imports
@@ -75,7 +76,7 @@
 // and keep one process, asked one body at a time in JSON lines (helper.go;
 // reach/protocol says what each field means).
 //
-// What this module still builds of Cilium against k8s.io v0.37, which
+// What this package still builds of Cilium against k8s.io v0.37, which
 // compiles and behaves as Cilium's own tests say: CiliumNetworkPolicy.Parse,
 // whose refusal of an admitted body is a defect of its own (the repository
 // then never sees the body: the sandbox misses its allowlist), and
@@ -84,9 +85,9 @@
 //
 // # Versions
 //
-// The Cilium release is required in both go.mod files;
+// The Cilium release is required in e2e/go.mod and reach/go.mod;
 // TestTheReachModuleBuildsThisCilium fails when they differ, and
-// internal/ciliumversion reads this module's. Cilium's own go.mod has one
+// internal/ciliumversion reads e2e/go.mod's. Cilium's own go.mod has one
 // replace directive (sigs.k8s.io/controller-tools =>
 // github.com/cilium/controller-tools), which does not apply to dependents
 // and is not copied: nothing built here imports controller-tools. The reach

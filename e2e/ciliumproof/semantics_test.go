@@ -1,3 +1,5 @@
+//go:build cilium
+
 package ciliumproof
 
 import (

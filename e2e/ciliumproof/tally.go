@@ -98,7 +98,7 @@ func Run(ctx context.Context, p *Prover, b Body, rng *rand.Rand) (Outcome, error
 	o.Findings = plan.Check(ans)
 	if (ans.ParseError == "") != (o.ParseErr == nil) {
 		o.Findings = append(o.Findings, Finding{Where: "Cilium's Parse",
-			Detail: fmt.Sprintf("built against this module's k8s.io it says %v, built against Cilium's own %q", o.ParseErr, ans.ParseError)})
+			Detail: fmt.Sprintf("built against the e2e module's k8s.io it says %v, built against Cilium's own %q", o.ParseErr, ans.ParseError)})
 	}
 	return o, nil
 }

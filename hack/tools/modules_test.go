@@ -31,10 +31,9 @@ import (
 // e2e/ciliumproof/reach, on Cilium's k8s.io.
 var nested = []struct{ dir, pkgs string }{
 	{"pkg/fence", "./..."},            // the host library (a module of its own)
-	{"e2e", "./..."},                  // the e2e suite, the benchmarks, devcluster (the harness)
+	{"e2e", "./..."},                  // the e2e suite, the benchmarks, devcluster, the Cilium property test (the harness)
 	{"hack", "./..."},                 // the image builder, release, the chart, testreport, mutants (the harness)
 	{"hack/tools/kubernetes", "tool"}, // etcd, the control plane and the node image's binaries
-	{"e2e/ciliumproof", "./..."},      // the Cilium property test (make test-cilium)
 }
 
 func TestNestedModulesCompileTheRootsVersions(t *testing.T) {

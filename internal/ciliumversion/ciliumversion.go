@@ -1,6 +1,7 @@
 // Package ciliumversion reads the one pin of the Cilium release the project
 // is proven against, the one docs/contract.md states: the require line of
-// e2e/ciliumproof/go.mod, the nested module that builds Cilium's own code.
+// e2e/go.mod, the harness's module, whose e2e/ciliumproof builds Cilium's
+// own code.
 // Everything else that needs the version (the real CiliumNetworkPolicy CRD
 // the end-to-end suite installs, the policies' type check) reads it here, so
 // moving to another Cilium release is one edit of that go.mod.
@@ -19,7 +20,7 @@ import (
 const Module = "github.com/cilium/cilium"
 
 // GoMod is the file holding the pin, relative to the repository root.
-const GoMod = "e2e/ciliumproof/go.mod"
+const GoMod = "e2e/go.mod"
 
 // Read returns the pinned version, e.g. "v1.20.2".
 func Read(repoRoot string) (string, error) {
