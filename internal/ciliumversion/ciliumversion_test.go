@@ -1,6 +1,10 @@
 package ciliumversion
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -36,5 +40,40 @@ func TestReadTheRepositoryPin(t *testing.T) {
 	}
 	if !strings.HasPrefix(v, "v1.") {
 		t.Errorf("pinned Cilium version %q is not a v1 release", v)
+	}
+}
+
+// hack/kind/cilium.sh runs a released Cilium image (CILIUM_IMAGE, as
+// .github/workflows/e2e.yml does) against the pinned release's prediction:
+// an image tagged with another release must be refused before anything is
+// rendered, and the pinned release's must not be.
+func TestCiliumScriptRefusesAnImageOfAnotherRelease(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := Read(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		tag     string
+		refused bool
+	}{{"v1.0.0", true}, {pinned, false}} {
+		t.Run(tt.tag, func(t *testing.T) {
+			bin := t.TempDir() // no helm here: a script that goes on to render fails there
+			cmd := exec.Command(filepath.Join(root, "hack", "kind", "cilium.sh"))
+			cmd.Env = append(os.Environ(), "CILIUM_IMAGE=quay.io/cilium/cilium:"+tt.tag, "BIN="+bin)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			_ = cmd.Run()
+			refusal := "is tagged " + tt.tag + ", but the suite predicts reach with Cilium " + pinned
+			if got := strings.Contains(out.String(), refusal); got != tt.refused {
+				t.Errorf("cilium.sh with CILIUM_IMAGE tagged %s: refused = %t, want %t\n%s", tt.tag, got, tt.refused, out.String())
+			}
+			if tt.refused && (cmd.ProcessState.ExitCode() != 1 || strings.Contains(out.String(), "cilium: rendering")) {
+				t.Errorf("cilium.sh went on after refusing (exit %d):\n%s", cmd.ProcessState.ExitCode(), out.String())
+			}
+		})
 	}
 }
