@@ -39,15 +39,13 @@ type options struct {
 	ownerCacheWait    time.Duration
 }
 
-const defaultNamespace = fencev1alpha1.DefaultNamespace
-
 // podNamespace is the namespace the pod runs in ($POD_NAMESPACE, from the
 // downward API), else the one config/ installs into.
 func podNamespace() string {
 	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
 		return ns
 	}
-	return defaultNamespace
+	return fencev1alpha1.DefaultNamespace
 }
 
 func bindFlags(fs *flag.FlagSet) *options {
