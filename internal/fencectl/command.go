@@ -124,7 +124,8 @@ per-sandbox policies audited to those whose labels match.
 -o policyreport writes the findings as openreports.io/v1alpha1 Reports (one per
 namespace, named sandbox-fence) and a ClusterReport, for kubectl apply; with
 --write it applies them itself and deletes the stale ones, the one write the
-plugin makes (docs/kubectl-fence.md, Policy reports).`,
+plugin makes, and exits 0 once they are written, findings or not
+(docs/kubectl-fence.md, Policy reports).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o := AuditOptions{Options: r.opts, Selector: selector}
@@ -154,7 +155,10 @@ plugin makes (docs/kubectl-fence.md, Policy reports).`,
 				if werr != nil {
 					return werr
 				}
+				// The reports hold the findings: a run that wrote them
+				// succeeded, so a CronJob's Job fails only when it could not.
 				_, err = fmt.Fprintf(r.streams.Out, "%d finding(s): wrote %d report(s), deleted %d stale\n", len(rep.Findings), written, deleted)
+				return err
 			case r.output == OutputPolicyReport:
 				err = Print(r.streams.Out, "yaml", rep.PolicyReports(time.Now()), nil)
 			default:
