@@ -287,15 +287,23 @@ build: ## Build the webhook binary into bin/.
 image: ## Build the webhook OCI image tarball (no Docker daemon needed) into bin/.
 	$(call harness,hack,./image) -tag $(IMG) -out $(IMAGE_TAR)
 
+.PHONY: image-kubectl-fence
+image-kubectl-fence: ## Build kubectl fence's OCI image tarball (the policy reports' CronJob, config/components/policy-reports) into bin/.
+	$(call harness,hack,./image) -pkg ./cmd/kubectl-fence -entrypoint /kubectl-fence -title "kubectl fence" \
+	  -tag sandbox-fence/kubectl-fence:dev -out $(BIN)/kubectl-fence-image.tar
+
 # make release VERSION=vX.Y.Z: dist/ (docs/install.md, "Install from a release").
 VERSION ?=
-# Where the release's image index is pushed; install.yaml pins it by digest.
+# Where the release's image indexes are pushed: the webhook's, which
+# install.yaml pins by digest, and kubectl fence's, which policyreports.yaml
+# and the chart pin.
 RELEASE_IMAGE ?= ghcr.io/sandbox-fence/sandbox-fence-webhook
+RELEASE_REPORTS_IMAGE ?= ghcr.io/sandbox-fence/kubectl-fence
 
 .PHONY: release
 release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, kubectl fence archives and their krew manifest, SHA256SUMS, signed with COSIGN_KEY when set (VERSION=vX.Y.Z, RELEASE_IMAGE).
 	@if [ -z "$(VERSION)" ]; then echo "make release: set VERSION=vX.Y.Z (the tag being released)" >&2; exit 2; fi
-	$(call harness,hack,./release) -version $(VERSION) -image $(RELEASE_IMAGE) -out $(DIST)
+	$(call harness,hack,./release) -version $(VERSION) -image $(RELEASE_IMAGE) -reports-image $(RELEASE_REPORTS_IMAGE) -out $(DIST)
 	$(if $(COSIGN_KEY),$(MAKE) release-sign)
 
 # A local release's signature: SHA256SUMS, which names every file of the
@@ -324,8 +332,9 @@ chart: ## Regenerate charts/sandbox-fence from config/ (hack/chart; TestChartIsC
 	cd hack/chart && $(GO) run . -root ../..
 
 .PHONY: kind-load
-kind-load: image ## Load the webhook image into the kind cluster $(KIND_CLUSTER).
+kind-load: image image-kubectl-fence ## Load the webhook's and kubectl fence's images into the kind cluster $(KIND_CLUSTER).
 	kind load image-archive $(IMAGE_TAR) --name $(KIND_CLUSTER)
+	kind load image-archive $(BIN)/kubectl-fence-image.tar --name $(KIND_CLUSTER)
 
 # bin/promtool: Prometheus' promtool, compiled from PROMETHEUS_VERSION's
 # module (no binary is downloaded), without the service

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -35,6 +37,7 @@ import (
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/internal/fencectl"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
 )
 
@@ -337,6 +340,7 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	l.ready(ctx, v1.Image, false)
 	l.run(ctx, nil, [][]string{{"helm", "upgrade", "sandbox-fence", v2.Chart(), "-n", "sandbox-fence-system", "--values", values, "--wait"}})
 	l.ready(ctx, v2.Image, false)
+	l.reports(ctx, v2.ReportsImage)
 	// Helm never upgrades crds/: the pre-upgrade hook applied v0.1.1's CRD.
 	crd, err := env.Admin.Dynamic.Resource(framework.CRDGVR).Get(ctx, "fenceconfigs.fence.sandbox.namzu.ai", metav1.GetOptions{})
 	if err != nil {
@@ -354,6 +358,66 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 
 	unrelated.waitMore(t, 5)
 	unrelated.report(t, "install, upgrade, uninstall", allStrict)
+}
+
+// reports runs the chart's policy reports CronJob now, as `kubectl create
+// job --from=cronjob/sandbox-fence-reports` does, and reads back the
+// ClusterReport it writes: kubectl fence's image of the release, pulled,
+// admitted in the restricted namespace, audits as its ServiceAccount and
+// writes the reports.
+func (l *lifecycle) reports(ctx context.Context, image string) {
+	l.t.Helper()
+	const ns, cronJob = "sandbox-fence-system", "sandbox-fence-reports"
+	cj, err := env.Admin.Kube.BatchV1().CronJobs(ns).Get(ctx, cronJob, metav1.GetOptions{})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if got := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image; got != image {
+		l.t.Errorf("CronJob %s runs %s, want the release's %s", cronJob, got, image)
+	}
+	l.t.Cleanup(func() {
+		if out, err := kubectlAs(l.t, env.Admin, nil, "delete", "reports,clusterreports", "-A", "-l", "app.kubernetes.io/managed-by="+fencectl.ReportManagedBy); err != nil {
+			l.t.Errorf("delete the policy reports: %v\n%s", err, out)
+		}
+	})
+	start := time.Now()
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: cronJob + "-now", Namespace: ns,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))}},
+		Spec: cj.Spec.JobTemplate.Spec,
+	}
+	if _, err := env.Admin.Kube.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		l.t.Fatal(err)
+	}
+	err = framework.Eventually(ctx, 3*time.Minute, time.Second, "Job "+job.Name+" complete", func(ctx context.Context) (bool, string, error) {
+		j, err := env.Admin.Kube.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, c := range j.Status.Conditions {
+			switch {
+			case c.Status != corev1.ConditionTrue:
+			case c.Type == batchv1.JobComplete:
+				return true, "", nil
+			case c.Type == batchv1.JobFailed:
+				return false, "", fmt.Errorf("%s: %s", c.Reason, c.Message)
+			}
+		}
+		return false, fmt.Sprintf("%d active, %d failed", j.Status.Active, j.Status.Failed), nil
+	})
+	if err != nil {
+		pods, _ := env.Admin.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job.Name})
+		for _, p := range pods.Items {
+			logs, _ := env.Admin.Kube.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			l.t.Logf("pod %s (%s): %s", p.Name, p.Status.Phase, logs)
+		}
+		l.t.Fatal(err)
+	}
+	out, err := kubectlAs(l.t, env.Admin, nil, "get", "clusterreports", fencectl.ReportName)
+	if err != nil {
+		l.t.Fatalf("the reports job completed, but: kubectl get clusterreports %s: %v\n%s", fencectl.ReportName, err, out)
+	}
+	l.t.Logf("the reports job of %s completed in %s:\n%s", image, time.Since(start).Round(100*time.Millisecond), out)
 }
 
 // unrelatedPolicyProbe: an admin's CiliumNetworkPolicy in an opted-in
@@ -423,7 +487,7 @@ func changeHolderEpochPolicy(t *testing.T, r *framework.Release) {
 func writeValues(t *testing.T, path string) {
 	t.Helper()
 	spec := env.FenceConfigSpec()
-	b, err := yaml.Marshal(map[string]any{"fenceConfig": spec, "crds": map[string]any{"keep": false}})
+	b, err := yaml.Marshal(map[string]any{"fenceConfig": spec, "crds": map[string]any{"keep": false}, "policyReports": map[string]any{"enabled": true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -34,7 +35,14 @@ type Release struct {
 	Dir     string
 	// Image is the webhook image install.yaml names: repository@digest.
 	Image string
+	// ReportsImage is kubectl fence's, which policyreports.yaml and the
+	// chart name: repository@digest.
+	ReportsImage string
 }
+
+// ReportsRepository is where a release's kubectl fence image goes beside
+// its webhook image repository: the same registry and owner.
+func ReportsRepository(imageRepo string) string { return path.Dir(imageRepo) + "/kubectl-fence" }
 
 // InstallYAML is the path of the release's install.yaml.
 func (r *Release) InstallYAML() string { return filepath.Join(r.Dir, "install.yaml") }
@@ -69,7 +77,7 @@ func (r *Release) Objects() ([]*unstructured.Unstructured, error) {
 // only: the webhook image the cluster's nodes run, and kubectl fence.
 func BuildRelease(ctx context.Context, repoRoot, version, imageRepo, out string, logf Logf) (*Release, error) {
 	cmd := exec.CommandContext(ctx, "go", "-C", filepath.Join(repoRoot, "hack"), "run", "./release",
-		"-root", repoRoot, "-version", version, "-image", imageRepo, "-out", out,
+		"-root", repoRoot, "-version", version, "-image", imageRepo, "-reports-image", ReportsRepository(imageRepo), "-out", out,
 		"-platforms", runtime.GOOS+"/"+runtime.GOARCH)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	b, err := cmd.CombinedOutput()
@@ -95,6 +103,19 @@ func BuildRelease(ctx context.Context, repoRoot, version, imageRepo, out string,
 	}
 	if r.Image == "" {
 		return nil, fmt.Errorf("release %s: install.yaml has no Deployment whose image is %s@sha256:...", version, imageRepo)
+	}
+	reports, err := ReadYAMLFile(filepath.Join(out, "policyreports.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range reports {
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "jobTemplate", "spec", "template", "spec", "containers")
+		for _, c := range cs {
+			r.ReportsImage, _ = c.(map[string]any)["image"].(string)
+		}
+	}
+	if !strings.HasPrefix(r.ReportsImage, ReportsRepository(imageRepo)+"@sha256:") {
+		return nil, fmt.Errorf("release %s: policyreports.yaml runs %q, want %s@sha256:...", version, r.ReportsImage, ReportsRepository(imageRepo))
 	}
 	return r, nil
 }
@@ -122,19 +143,32 @@ func StartRegistry() (*Registry, error) {
 // Stop ends the server.
 func (r *Registry) Stop() { _ = r.srv.Close() }
 
-// Push publishes the release's image index (webhook-image.oci.tar) as
-// repository:version, the way .github/workflows/release.yml's `crane push
-// --index` does, and checks that the digest pushed is the one install.yaml
-// pins. repository is the release's image repository with its host
-// replaced by this registry.
+// Push publishes the release's image indexes as repository:version, the
+// way .github/workflows/release.yml's `crane push --index` does, and checks
+// that each digest pushed is the one the release pins: webhook-image.oci.tar
+// (install.yaml's) to repository, kubectl-fence-image.oci.tar
+// (policyreports.yaml's) beside it (ReportsRepository). repository is the
+// release's image repository with its host replaced by this registry.
 func (r *Registry) Push(ctx context.Context, rel *Release, repository string) error {
+	for _, x := range []struct{ file, repo, pinned string }{
+		{"webhook-image.oci.tar", repository, rel.Image},
+		{"kubectl-fence-image.oci.tar", ReportsRepository(repository), rel.ReportsImage},
+	} {
+		if err := r.push(ctx, rel, x.file, x.repo, x.pinned); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Registry) push(ctx context.Context, rel *Release, file, repository, pinned string) error {
 	dir, err := os.MkdirTemp("", "sandbox-fence-oci-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if b, err := exec.CommandContext(ctx, "tar", "-xf", filepath.Join(rel.Dir, "webhook-image.oci.tar"), "-C", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("unpacking %s's webhook-image.oci.tar: %w\n%s", rel.Version, err, b)
+	if b, err := exec.CommandContext(ctx, "tar", "-xf", filepath.Join(rel.Dir, file), "-C", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("unpacking %s's %s: %w\n%s", rel.Version, file, err, b)
 	}
 	p, err := layout.FromPath(dir)
 	if err != nil {
@@ -148,15 +182,15 @@ func (r *Registry) Push(ctx context.Context, rel *Release, repository string) er
 	if err != nil {
 		return err
 	}
-	if want := rel.Image[strings.Index(rel.Image, "@")+1:]; d.String() != want {
-		return fmt.Errorf("release %s: webhook-image.oci.tar's index is %s, install.yaml pins %s", rel.Version, d, want)
+	if want := pinned[strings.Index(pinned, "@")+1:]; d.String() != want {
+		return fmt.Errorf("release %s: %s's index is %s, the release pins %s", rel.Version, file, d, want)
 	}
 	ref, err := name.ParseReference(fmt.Sprintf("127.0.0.1:%d/%s:%s", r.Port, repository, rel.Version), name.Insecure)
 	if err != nil {
 		return err
 	}
 	if err := remote.WriteIndex(ref, idx, remote.WithContext(ctx)); err != nil {
-		return fmt.Errorf("pushing %s's index to %s: %w", rel.Version, ref, err)
+		return fmt.Errorf("pushing %s's %s to %s: %w", rel.Version, file, ref, err)
 	}
 	return nil
 }

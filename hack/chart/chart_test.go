@@ -38,7 +38,7 @@ const (
 // The committed chart is the generator's output (make chart): a change to
 // config/ that was not regenerated fails here.
 func TestChartIsCurrent(t *testing.T) {
-	want, err := Generate(filepath.Join(root, "config"), "0.0.0-dev", "")
+	want, err := Generate(filepath.Join(root, "config"), "0.0.0-dev", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,6 +457,27 @@ func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
 				}}},
 				object: "FenceConfig//sandbox-fence",
 			},
+			{
+				name: "policyReports is the component, its image kustomize's images, its schedule and pull secrets a patch",
+				vals: map[string]any{
+					"policyReports": map[string]any{"enabled": true, "schedule": "0 * * * *",
+						"image": map[string]any{"repository": "registry.example/kubectl-fence", "digest": testDigest}},
+					"imagePullSecrets": []any{map[string]any{"name": "registry"}},
+				},
+				edit: map[string]any{
+					"components": []string{"config/components/policy-reports"},
+					"images":     []map[string]any{{"name": "sandbox-fence/kubectl-fence", "newName": "registry.example/kubectl-fence", "digest": testDigest}},
+					"patches": []map[string]any{{
+						"target": map[string]any{"kind": "CronJob", "name": "sandbox-fence-reports"},
+						"patch": `[{"op": "replace", "path": "/spec/schedule", "value": "0 * * * *"},
+{"op": "add", "path": "/spec/jobTemplate/spec/template/spec/imagePullSecrets", "value": [{"name": "registry"}]}]`,
+					}, {
+						"target": map[string]any{"kind": "Deployment", "name": "sandbox-fence-webhook"},
+						"patch":  `[{"op": "add", "path": "/spec/template/spec/imagePullSecrets", "value": [{"name": "registry"}]}]`,
+					}},
+				},
+				object: "CronJob/sandbox-fence-system/sandbox-fence-reports",
+			},
 		} {
 			t.Run(certs+"/"+tc.name, func(t *testing.T) {
 				k := Kustomization(c)
@@ -477,14 +498,17 @@ func TestChartValuesRenderTheirKustomizeEquivalent(t *testing.T) {
 	}
 }
 
+const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 // Helm's own linter finds nothing above INFO, with the default values and
 // with every switch flipped.
 func TestChartLints(t *testing.T) {
 	for _, vals := range []map[string]any{nil, {
-		"enforcement":  "audit",
-		"webhook":      map[string]any{"certificates": "cert-manager"},
-		"strictDelete": map[string]any{"enabled": true},
-		"tolerations":  []any{map[string]any{"key": "dedicated", "operator": "Exists"}},
+		"enforcement":   "audit",
+		"webhook":       map[string]any{"certificates": "cert-manager"},
+		"strictDelete":  map[string]any{"enabled": true},
+		"tolerations":   []any{map[string]any{"key": "dedicated", "operator": "Exists"}},
+		"policyReports": map[string]any{"enabled": true},
 	}} {
 		res := lint.AllWithKubeVersion(chartDir, vals, "default", kubeVersion)
 		for _, m := range res.Messages {

@@ -38,10 +38,9 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-fence/sandbox-fence/hack/kustomize"
 	"github.com/sandbox-fence/sandbox-fence/internal/enforcement"
 	"github.com/sandbox-fence/sandbox-fence/internal/kubeversion"
 )
@@ -57,15 +56,19 @@ const (
 	nsSentinel       = "sfchartnamespace"
 	imageSentinel    = "sfchartimage"
 	imageTagSentinel = "sfcharttag"
-	replicasPH       = "SF_CHART_REPLICAS"
-	priorityPH       = "SF_CHART_PRIORITY_CLASS"
-	actionsPH        = "SF_CHART_VALIDATION_ACTIONS"
-	failurePH        = "SF_CHART_FAILURE_POLICY"
-	enforcementArgPH = "SF_CHART_ENFORCEMENT_ARG"
-	fenceSpecPH      = "SF_CHART_FENCECONFIG_SPEC"
-	labelsPH         = "SF_CHART_LABELS"
-	podLabelsPH      = "SF_CHART_POD_LABELS"
-	valuePH          = "SF_CHART_VALUE_" // + the value's path: the field is .Values.<path> as YAML
+	// The policy reports' image (kubectl fence's), and their schedule.
+	reportsImageSentinel = "sfchartreportsimage"
+	reportsTagSentinel   = "sfchartreportstag"
+	scheduleSentinel     = "SF_CHART_REPORTS_SCHEDULE"
+	replicasPH           = "SF_CHART_REPLICAS"
+	priorityPH           = "SF_CHART_PRIORITY_CLASS"
+	actionsPH            = "SF_CHART_VALIDATION_ACTIONS"
+	failurePH            = "SF_CHART_FAILURE_POLICY"
+	enforcementArgPH     = "SF_CHART_ENFORCEMENT_ARG"
+	fenceSpecPH          = "SF_CHART_FENCECONFIG_SPEC"
+	labelsPH             = "SF_CHART_LABELS"
+	podLabelsPH          = "SF_CHART_POD_LABELS"
+	valuePH              = "SF_CHART_VALUE_" // + the value's path: the field is .Values.<path> as YAML
 )
 
 // podValues are the webhook pod's fields an admin overrides free-form,
@@ -106,6 +109,10 @@ var layers = []layer{
 	// clusterwide policies, asked of it at install.
 	{[]string{"(and .Values.ciliumBaseline.enabled (.Capabilities.APIVersions.Has " + strconv.Quote(CiliumClusterwidePolicyAPI) + "))"},
 		[]string{"config/vap"}, []string{"config/components/cilium-baseline"}},
+	// The policy reports' CronJob, webhook or not. Rendered beside the
+	// webhook, whose Service the namespace transformer reads the release
+	// namespace from; the webhook's objects render as in the second layer.
+	{[]string{".Values.policyReports.enabled"}, []string{"config/vap", "config/webhook"}, []string{"config/components/policy-reports"}},
 }
 
 // CiliumClusterwidePolicyAPI is what the chart asks the API server for
@@ -114,28 +121,9 @@ const CiliumClusterwidePolicyAPI = "cilium.io/v2/CiliumClusterwideNetworkPolicy"
 
 // Build renders kustomization k beside configDir (linked as config/).
 func Build(configDir string, k map[string]any) ([]map[string]any, error) {
-	abs, err := filepath.Abs(configDir)
+	m, err := kustomize.Build(configDir, k)
 	if err != nil {
 		return nil, err
-	}
-	tmp, err := os.MkdirTemp("", "sandbox-fence-chart-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Symlink(abs, filepath.Join(tmp, "config")); err != nil {
-		return nil, err
-	}
-	b, err := yaml.Marshal(k)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), b, 0o644); err != nil {
-		return nil, err
-	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
-	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", b, err)
 	}
 	var out []map[string]any
 	for _, r := range m.Resources() {
@@ -161,7 +149,7 @@ func Build(configDir string, k map[string]any) ([]map[string]any, error) {
 }
 
 type options struct {
-	root, out, pkg, version, image string
+	root, out, pkg, version, image, reportsImage string
 }
 
 func main() {
@@ -171,8 +159,9 @@ func main() {
 	flag.StringVar(&o.pkg, "package", "", "Write the chart as a Helm package (.tgz) here instead of a directory.")
 	flag.StringVar(&o.version, "version", "0.0.0-dev", "Chart version and appVersion (SemVer, no v).")
 	flag.StringVar(&o.image, "image", "", "Default image, repository@sha256:... or repository:tag (default: config/'s).")
+	flag.StringVar(&o.reportsImage, "reports-image", "", "Default image of the policy reports' CronJob (kubectl fence's), as -image (default: config/'s).")
 	flag.Parse()
-	files, err := Generate(filepath.Join(o.root, "config"), o.version, o.image)
+	files, err := Generate(filepath.Join(o.root, "config"), o.version, o.image, o.reportsImage)
 	if err == nil {
 		if o.pkg != "" {
 			err = writePackage(o.pkg, files)
@@ -204,11 +193,14 @@ type object struct {
 }
 
 // Generate returns the chart's files, path → content.
-func Generate(configDir, chartVersion, image string) (map[string][]byte, error) {
+func Generate(configDir, chartVersion, image, reportsImage string) (map[string][]byte, error) {
 	if _, err := strconv.Atoi(strings.SplitN(chartVersion, ".", 2)[0]); err != nil || strings.HasPrefix(chartVersion, "v") {
 		return nil, fmt.Errorf("-version %q: want SemVer without v, e.g. 0.1.0", chartVersion)
 	}
-	images := []map[string]string{{"name": "sandbox-fence/webhook", "newName": imageSentinel, "newTag": imageTagSentinel}}
+	images := []map[string]string{
+		{"name": "sandbox-fence/webhook", "newName": imageSentinel, "newTag": imageTagSentinel},
+		{"name": "sandbox-fence/kubectl-fence", "newName": reportsImageSentinel, "newTag": reportsTagSentinel},
+	}
 	var objects []*object
 	byKey := map[string]*object{}
 	crds := map[string]map[string]any{}
@@ -305,15 +297,13 @@ func Generate(configDir, chartVersion, image string) (map[string][]byte, error) 
 		}
 	}
 
-	repo, tag, digest := "sandbox-fence/webhook", "dev", ""
-	if image != "" {
-		if r, d, ok := strings.Cut(image, "@"); ok {
-			repo, digest, tag = r, d, chartVersion
-		} else if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
-			repo, tag = image[:i], image[i+1:]
-		} else {
-			return nil, fmt.Errorf("-image %q: want repository@sha256:... or repository:tag", image)
-		}
+	repo, tag, digest, err := imageValues("-image", image, "sandbox-fence/webhook", chartVersion)
+	if err != nil {
+		return nil, err
+	}
+	rrepo, rtag, rdigest, err := imageValues("-reports-image", reportsImage, "sandbox-fence/kubectl-fence", chartVersion)
+	if err != nil {
+		return nil, err
 	}
 	files["Chart.yaml"] = []byte(fmt.Sprintf(`# Generated by hack/chart from config/ (make chart); do not edit.
 apiVersion: v2
@@ -419,7 +409,22 @@ crds:
 # The FenceConfig spec: hosts, break-glass identities, ... (docs/install.md,
 # Configure). Empty: fences nobody.
 fenceConfig: {}
-`, repo, tag, digest, defaults["replicas"], defaults["priorityClassName"], pod))
+
+# Policy reports (config/components/policy-reports; docs/kubectl-fence.md,
+# Policy reports): a CronJob that runs kubectl fence audit -o policyreport
+# --write on schedule, as a ServiceAccount that reads what the plugin's
+# read-only role reads and writes openreports.io reports only. Needs
+# openreports.io's CRDs (Kyverno and Policy Reporter install them).
+policyReports:
+  enabled: false
+  schedule: %q
+  # kubectl fence's image: repository@digest when digest is set, else
+  # repository:tag. Pulled with imagePullSecrets, as the webhook's.
+  image:
+    repository: %s
+    tag: %s
+    digest: %q
+`, repo, tag, digest, defaults["replicas"], defaults["priorityClassName"], pod, defaults["schedule"], rrepo, rtag, rdigest))
 	schema, err := valuesSchema()
 	if err != nil {
 		return nil, err
@@ -506,6 +511,18 @@ func templatize(o map[string]any, defaults map[string]any) error {
 		}
 	case kind == "FenceConfig":
 		o["spec"] = fenceSpecPH
+	case kind == "CronJob" && name == "sandbox-fence-reports":
+		if err := setDefault("schedule", spec["schedule"]); err != nil {
+			return err
+		}
+		spec["schedule"] = scheduleSentinel
+		// The webhook's pull secrets: a release's two images come from one
+		// registry.
+		pod := spec["jobTemplate"].(map[string]any)["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		if err := setDefault("imagePullSecrets", pod["imagePullSecrets"]); err != nil {
+			return err
+		}
+		pod["imagePullSecrets"] = valuePH + "imagePullSecrets"
 	}
 	// Helm's standard labels on every object, after config/'s: a webhook
 	// object without a name label gets the Deployment's.
@@ -573,7 +590,9 @@ func fill(text, podLabelsKept string) string {
 	})
 	r := strings.NewReplacer(
 		nsSentinel, `{{ .Release.Namespace }}`,
-		imageSentinel+":"+imageTagSentinel, `{{ include "sandbox-fence.image" . }}`,
+		imageSentinel+":"+imageTagSentinel, `{{ include "sandbox-fence.image" .Values.image }}`,
+		reportsImageSentinel+":"+reportsTagSentinel, `{{ include "sandbox-fence.image" .Values.policyReports.image }}`,
+		scheduleSentinel, `{{ .Values.policyReports.schedule | quote }}`,
 		replicasPH, `{{ .Values.replicas }}`,
 		priorityPH, `{{ .Values.priorityClassName | quote }}`,
 		actionsPH, `{{ include "sandbox-fence.validationActions" . }}`,
@@ -617,8 +636,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | replace "+" "_" | trunc 63 | t
 app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- end }}
 
+{{/* An image reference from its values (.Values.image, .Values.policyReports.image). */}}
 {{- define "sandbox-fence.image" -}}
-{{- if .Values.image.digest }}{{ .Values.image.repository }}@{{ .Values.image.digest }}{{ else }}{{ .Values.image.repository }}:{{ .Values.image.tag }}{{ end -}}
+{{- if .digest }}{{ .repository }}@{{ .digest }}{{ else }}{{ .repository }}:{{ .tag }}{{ end -}}
 {{- end }}
 
 {{/* Every binding's validationActions in the mode (internal/enforcement). */}}
@@ -652,6 +672,7 @@ func valuesSchema() ([]byte, error) {
 	strMap := map[string]any{"type": "object", "additionalProperties": str}
 	anyObj := map[string]any{"type": "object"}
 	anyList := map[string]any{"type": "array", "items": anyObj}
+	image := obj(map[string]any{"repository": map[string]any{"type": "string", "minLength": 1}, "tag": str, "digest": str})
 	var modes []string
 	for _, m := range enforcement.Modes {
 		modes = append(modes, string(m))
@@ -659,7 +680,7 @@ func valuesSchema() ([]byte, error) {
 	props := map[string]any{
 		// global: what a parent chart passes every subchart.
 		"global":                    anyObj,
-		"image":                     obj(map[string]any{"repository": map[string]any{"type": "string", "minLength": 1}, "tag": str, "digest": str}),
+		"image":                     image,
 		"replicas":                  map[string]any{"type": "integer", "minimum": 0},
 		"priorityClassName":         str,
 		"resources":                 obj(map[string]any{"limits": anyObj, "requests": anyObj, "claims": anyList}),
@@ -679,6 +700,7 @@ func valuesSchema() ([]byte, error) {
 		"ciliumBaseline":            obj(map[string]any{"enabled": boolean}),
 		"crds":                      obj(map[string]any{"upgrade": boolean, "keep": boolean}),
 		"fenceConfig":               anyObj,
+		"policyReports":             obj(map[string]any{"enabled": boolean, "schedule": map[string]any{"type": "string", "minLength": 1}, "image": image}),
 	}
 	s := obj(props)
 	s["$schema"] = "http://json-schema.org/draft-07/schema#"
@@ -744,4 +766,20 @@ func writePackage(out string, files map[string][]byte) error {
 		return err
 	}
 	return os.WriteFile(out, buf.Bytes(), 0o644)
+}
+
+// imageValues are the image values of ref (repository@sha256:... or
+// repository:tag); "" is config/'s name with the tag dev. A digest's tag is
+// the chart version, shown but not pulled.
+func imageValues(flag, ref, devRepo, chartVersion string) (repo, tag, digest string, err error) {
+	if ref == "" {
+		return devRepo, "dev", "", nil
+	}
+	if r, d, ok := strings.Cut(ref, "@"); ok {
+		return r, chartVersion, d, nil
+	}
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		return ref[:i], ref[i+1:], "", nil
+	}
+	return "", "", "", fmt.Errorf("%s %q: want repository@sha256:... or repository:tag", flag, ref)
 }

@@ -68,8 +68,8 @@ func runIndex(ctx context.Context, out, platforms, pkg, binDir, digestFile, vers
 		if !ok || arch == "" {
 			return fmt.Errorf("-platforms %q: each entry must be linux/<GOARCH>", platforms)
 		}
-		bin := filepath.Join(binDir, "webhook-linux-"+arch)
-		if err := buildBinary(ctx, pkg, arch, bin); err != nil {
+		bin := filepath.Join(binDir, filepath.Base(sp.Entrypoint)+"-linux-"+arch)
+		if err := buildBinary(ctx, pkg, arch, sp.LDFlags, bin); err != nil {
 			return err
 		}
 		b, err := os.ReadFile(bin)

@@ -62,6 +62,8 @@ type spec struct {
 	// Tree is a directory whose files, links and directories go into the
 	// image under / (owned by root, modes kept), beside the binary.
 	Tree string
+	// LDFlags are added to the build's -ldflags (kubectl fence's version).
+	LDFlags string
 }
 
 // webhook is the image the product ships: the binary at /webhook, run as the
@@ -81,7 +83,8 @@ func main() {
 	tree := flag.String("tree", "", "A directory whose contents also go into the image under /.")
 	ociOut := flag.String("oci", "", "Write a multi-platform OCI image-layout tarball here instead of -out.")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64", "With -oci: the linux/<arch> platforms of the index, comma-separated.")
-	binDir := flag.String("bin-dir", "", "With -oci: keep each platform's binary here as webhook-linux-<arch>.")
+	binDir := flag.String("bin-dir", "", "With -oci: keep each platform's binary here as <entrypoint's name>-linux-<arch>.")
+	ldflags := flag.String("ldflags", "", "Added to the build's -ldflags=-s -w (e.g. -X pkg.version=v0.1.0).")
 	digestFile := flag.String("digest-file", "", "With -oci: write the index digest (sha256:...) to this file.")
 	var env []string
 	flag.Func("env", "KEY=VALUE in the image's environment (repeatable).", func(v string) error {
@@ -92,7 +95,7 @@ func main() {
 		return nil
 	})
 	flag.Parse()
-	sp := spec{Entrypoint: *entrypoint, User: *user, Arch: *arch, Env: env, Tree: *tree}
+	sp := spec{Entrypoint: *entrypoint, User: *user, Arch: *arch, Env: env, Tree: *tree, LDFlags: *ldflags}
 	if *ociOut != "" {
 		if err := runIndex(context.Background(), *ociOut, *platforms, *pkg, *binDir, *digestFile, *version, *title, sp); err != nil {
 			fmt.Fprintln(os.Stderr, "image:", err)
@@ -124,7 +127,7 @@ func run(ctx context.Context, tag, out, pkg, prebuilt, version, title string, sp
 	bin := prebuilt
 	if bin == "" {
 		bin = filepath.Join(tmp, "webhook")
-		if err := buildBinary(ctx, pkg, sp.Arch, bin); err != nil {
+		if err := buildBinary(ctx, pkg, sp.Arch, sp.LDFlags, bin); err != nil {
 			return err
 		}
 	}
@@ -158,8 +161,8 @@ func run(ctx context.Context, tag, out, pkg, prebuilt, version, title string, sp
 
 // buildBinary compiles a static, reproducible binary: no cgo (the base has no
 // libc), -trimpath (no build paths in the binary), no VCS stamping noise.
-func buildBinary(ctx context.Context, pkg, arch, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, pkg)
+func buildBinary(ctx context.Context, pkg, arch, ldflags, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", strings.TrimSpace("-ldflags=-s -w "+ldflags), "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

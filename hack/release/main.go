@@ -12,8 +12,13 @@
 //   - fenceconfig.yaml: the FenceConfig, to apply once the hosts are in it;
 //   - baseline.yaml: the Cilium baseline (config/components/cilium-baseline),
 //     for clusters that run Cilium;
+//   - kubectl-fence-image.oci.tar: kubectl fence's images, as the
+//     webhook's, for the policy reports' CronJob;
+//   - policyreports.yaml: that CronJob and its RBAC
+//     (config/components/policy-reports) with that index pinned by digest,
+//     for clusters that serve openreports.io;
 //   - sandbox-fence-<version>.tgz: the Helm chart (hack/chart) with that
-//     version and image;
+//     version and both images;
 //   - webhook.spdx.json: an SPDX 2.3 SBOM of the webhook binary from its
 //     own build information (main module and every dependency, with
 //     versions and the SHA-256 of each module's zip);
@@ -50,9 +55,9 @@ import (
 	"time"
 
 	"golang.org/x/mod/module"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
-	"sigs.k8s.io/yaml"
+	"sigs.k8s.io/kustomize/api/resmap"
+
+	"github.com/sandbox-fence/sandbox-fence/hack/kustomize"
 )
 
 // SignatureFile is the Sigstore bundle of SHA256SUMS's signature: make
@@ -64,8 +69,16 @@ const SignatureFile = "SHA256SUMS.sigstore.json"
 // otherwise (RELEASE_IMAGE).
 const DefaultImage = "ghcr.io/sandbox-fence/sandbox-fence-webhook"
 
-// devImage is the image config/ names; a release replaces it.
-const devImage = "sandbox-fence/webhook"
+// DefaultReportsImage is where the release workflow pushes kubectl fence's
+// index unless told otherwise (RELEASE_REPORTS_IMAGE).
+const DefaultReportsImage = "ghcr.io/sandbox-fence/kubectl-fence"
+
+// devImage and devReportsImage are the images config/ names; a release
+// replaces them.
+const (
+	devImage        = "sandbox-fence/webhook"
+	devReportsImage = "sandbox-fence/kubectl-fence"
+)
 
 var semver = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 
@@ -77,8 +90,8 @@ func Files(chartVersion string) []string { return filesFor(chartVersion, PluginP
 
 // filesFor is Files with kubectl fence's archives for plugins only.
 func filesFor(chartVersion string, plugins []string) []string {
-	files := []string{"SHA256SUMS", "baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence.yaml",
-		"provenance.intoto.json", "sandbox-fence-" + chartVersion + ".tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
+	files := []string{"SHA256SUMS", "baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence-image.oci.tar", "kubectl-fence.yaml",
+		"policyreports.yaml", "provenance.intoto.json", "sandbox-fence-" + chartVersion + ".tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
 	for _, p := range plugins {
 		files = append(files, PluginArchive(p))
 	}
@@ -87,11 +100,13 @@ func filesFor(chartVersion string, plugins []string) []string {
 }
 
 type options struct {
-	Version     string // vX.Y.Z
-	Image       string // repository, without tag or digest
-	Out         string // directory written
-	Root        string // repository checkout
-	DownloadURL string // where the plugin's archives are published, per version
+	Version string // vX.Y.Z
+	Image   string // repository, without tag or digest
+	// ReportsImage is kubectl fence's repository, as Image.
+	ReportsImage string
+	Out          string // directory written
+	Root         string // repository checkout
+	DownloadURL  string // where the plugin's archives are published, per version
 	// Platforms are what is built: the webhook image for each linux one,
 	// kubectl fence for each; nil means PluginPlatforms, a release. The
 	// tests build this machine's architecture only: each platform is a
@@ -121,6 +136,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.Version, "version", "", "Release version, vX.Y.Z (required).")
 	flag.StringVar(&o.Image, "image", DefaultImage, "Image repository the index is pushed to; install.yaml pins it by digest.")
+	flag.StringVar(&o.ReportsImage, "reports-image", DefaultReportsImage, "Image repository kubectl fence's index is pushed to; policyreports.yaml and the chart pin it by digest.")
 	flag.StringVar(&o.Out, "out", "dist", "Directory to write the release into (replaced).")
 	flag.StringVar(&o.Root, "root", ".", "Repository checkout.")
 	flag.StringVar(&o.DownloadURL, "download-url", DefaultDownloadURL, "URL under which <version>/<archive> of kubectl fence is published (the krew manifest names it).")
@@ -143,8 +159,10 @@ func run(ctx context.Context, o options) error {
 	if !semver.MatchString(o.Version) {
 		return fmt.Errorf("-version %q: want vMAJOR.MINOR.PATCH[-PRERELEASE], e.g. make release VERSION=v0.1.0", o.Version)
 	}
-	if o.Image == "" || strings.ContainsAny(o.Image, "@") || strings.Contains(o.Image[strings.LastIndex(o.Image, "/")+1:], ":") {
-		return fmt.Errorf("-image %q: want a repository without tag or digest, e.g. %s", o.Image, DefaultImage)
+	for _, f := range []struct{ flag, repo, example string }{{"-image", o.Image, DefaultImage}, {"-reports-image", o.ReportsImage, DefaultReportsImage}} {
+		if f.repo == "" || strings.ContainsAny(f.repo, "@") || strings.Contains(f.repo[strings.LastIndex(f.repo, "/")+1:], ":") {
+			return fmt.Errorf("%s %q: want a repository without tag or digest, e.g. %s", f.flag, f.repo, f.example)
+		}
 	}
 	images := o.imagePlatforms()
 	if len(images) == 0 {
@@ -192,20 +210,39 @@ func run(ctx context.Context, o options) error {
 	if err := goRun(ctx, filepath.Join(root, "hack"), env, "build", "-o", imageTool, "./image"); err != nil {
 		return err
 	}
-	image := exec.CommandContext(ctx, imageTool, "-oci", filepath.Join(out, "webhook-image.oci.tar"),
-		"-platforms", strings.Join(images, ","), "-version", o.Version, "-bin-dir", work, "-digest-file", digestFile)
-	image.Dir, image.Env, image.Stdout, image.Stderr = root, env, os.Stderr, os.Stderr
-	if err := image.Run(); err != nil {
-		return fmt.Errorf("hack/image (in %s): %w", root, err)
+	index := func(file, repo string, args ...string) (string, error) {
+		image := exec.CommandContext(ctx, imageTool, append([]string{"-oci", filepath.Join(out, file),
+			"-platforms", strings.Join(images, ","), "-version", o.Version, "-digest-file", digestFile}, args...)...)
+		image.Dir, image.Env, image.Stdout, image.Stderr = root, env, os.Stderr, os.Stderr
+		if err := image.Run(); err != nil {
+			return "", fmt.Errorf("hack/image (in %s): %w", root, err)
+		}
+		d, err := os.ReadFile(digestFile)
+		if err != nil {
+			return "", err
+		}
+		return repo + "@" + strings.TrimSpace(string(d)), nil
 	}
-	d, err := os.ReadFile(digestFile)
+	pinned, err := index("webhook-image.oci.tar", o.Image, "-bin-dir", work)
 	if err != nil {
 		return err
 	}
-	pinned := o.Image + "@" + strings.TrimSpace(string(d))
+	// kubectl fence's image, as the plugin's archives are built.
+	reportsPinned, err := index("kubectl-fence-image.oci.tar", o.ReportsImage, "-pkg", "./cmd/kubectl-fence",
+		"-entrypoint", "/kubectl-fence", "-title", "kubectl fence", "-ldflags", "-X "+versionFlag+"="+o.Version)
+	if err != nil {
+		return err
+	}
 
 	manifest, config, err := installYAML(root, o.Version, pinned)
 	if err != nil {
+		return err
+	}
+	reports, err := policyReportsYAML(root, o.Version, reportsPinned)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "policyreports.yaml"), reports, 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "install.yaml"), manifest, 0o644); err != nil {
@@ -223,7 +260,7 @@ func run(ctx context.Context, o options) error {
 	}
 
 	if err := goRun(ctx, filepath.Join(root, "hack", "chart"), env, "run", ".", "-root", root,
-		"-version", strings.TrimPrefix(o.Version, "v"), "-image", pinned,
+		"-version", strings.TrimPrefix(o.Version, "v"), "-image", pinned, "-reports-image", reportsPinned,
 		"-package", filepath.Join(out, "sandbox-fence-"+strings.TrimPrefix(o.Version, "v")+".tgz")); err != nil {
 		return err
 	}
@@ -299,30 +336,9 @@ func goRun(ctx context.Context, dir string, env []string, args ...string) error 
 // has bound the hosts; until then no policy needs it (every binding's
 // parameterNotFoundAction is Allow) and no namespace is opted in.
 func installYAML(root, version, image string) (install, config []byte, err error) {
-	tmp, err := os.MkdirTemp("", "sandbox-fence-install-")
+	m, err := build(root, map[string]any{"resources": []string{"config/default"}}, devImage, image)
 	if err != nil {
 		return nil, nil, err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Symlink(filepath.Join(root, "config"), filepath.Join(tmp, "config")); err != nil {
-		return nil, nil, err
-	}
-	repo, digest, _ := strings.Cut(image, "@")
-	k, err := yaml.Marshal(map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1beta1",
-		"kind":       "Kustomization",
-		"resources":  []string{"config/default"},
-		"images":     []map[string]string{{"name": devImage, "newName": repo, "digest": digest}},
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), k, 0o644); err != nil {
-		return nil, nil, err
-	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), tmp)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kustomize build config/default: %w", err)
 	}
 	rank := func(kind string) int {
 		switch kind {
@@ -353,6 +369,37 @@ func installYAML(root, version, image string) (install, config []byte, err error
 		b.Write(y)
 	}
 	return inst.Bytes(), cfg.Bytes(), nil
+}
+
+// policyReportsYAML renders config/components/policy-reports with kubectl
+// fence's image pinned: the CronJob an install.yaml install adds for
+// policy reports (docs/kubectl-fence.md, Policy reports).
+func policyReportsYAML(root, version, image string) ([]byte, error) {
+	m, err := build(root, map[string]any{"components": []string{"config/components/policy-reports"}}, devReportsImage, image)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# sandbox-fence %s: the policy reports' CronJob (config/components/policy-reports) with kubectl fence's image %s.\n", version, image)
+	b.WriteString("# Needs install.yaml and openreports.io's CRDs; kubectl apply --server-side -f policyreports.yaml   (docs/kubectl-fence.md, \"Policy reports\")\n")
+	for _, r := range m.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	return b.Bytes(), nil
+}
+
+// build runs kustomize on k (a kustomization beside config/) with the image
+// named dev replaced by pinned, repository@digest.
+func build(root string, k map[string]any, dev, pinned string) (resmap.ResMap, error) {
+	repo, digest, _ := strings.Cut(pinned, "@")
+	k["apiVersion"], k["kind"] = "kustomize.config.k8s.io/v1beta1", "Kustomization"
+	k["images"] = []map[string]string{{"name": dev, "newName": repo, "digest": digest}}
+	return kustomize.Build(filepath.Join(root, "config"), k)
 }
 
 // spdx describes the webhook binaries from the build information the Go

@@ -88,7 +88,7 @@ func release(t *testing.T) string {
 			return
 		}
 		shared.dir = filepath.Join(sharedRoot, "dist")
-		shared.err = run(context.Background(), options{Version: testVersion, Image: DefaultImage, Out: shared.dir, Root: "../..", Platforms: testPlatforms})
+		shared.err = run(context.Background(), options{Version: testVersion, Image: DefaultImage, ReportsImage: DefaultReportsImage, Out: shared.dir, Root: "../..", Platforms: testPlatforms})
 	})
 	if shared.err != nil {
 		t.Fatalf("make release VERSION=%s: %v", testVersion, shared.err)
@@ -124,18 +124,24 @@ var pinnedImage = regexp.MustCompile(`(?m)^ +image: (\S+)$`)
 // pinned is the one image install.yaml runs, and its digest.
 func pinned(t *testing.T, dir string) (ref, digest string) {
 	t.Helper()
+	return pinnedIn(t, dir, "install.yaml", DefaultImage)
+}
+
+// pinnedIn is the one image file runs, repo@sha256:..., and its digest.
+func pinnedIn(t *testing.T, dir, file, repo string) (ref, digest string) {
+	t.Helper()
 	var refs []string
-	for _, m := range pinnedImage.FindAllStringSubmatch(string(readFile(t, dir, "install.yaml")), -1) {
+	for _, m := range pinnedImage.FindAllStringSubmatch(string(readFile(t, dir, file)), -1) {
 		if !slices.Contains(refs, m[1]) {
 			refs = append(refs, m[1])
 		}
 	}
 	if len(refs) != 1 {
-		t.Fatalf("install.yaml runs images %v, want one", refs)
+		t.Fatalf("%s runs images %v, want one", file, refs)
 	}
-	repo, d, ok := strings.Cut(refs[0], "@")
-	if !ok || repo != DefaultImage || !regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(d) {
-		t.Fatalf("install.yaml runs %s, want %s pinned by digest", refs[0], DefaultImage)
+	r, d, ok := strings.Cut(refs[0], "@")
+	if !ok || r != repo || !regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(d) {
+		t.Fatalf("%s runs %s, want %s pinned by digest", file, refs[0], repo)
 	}
 	return refs[0], d
 }
@@ -146,7 +152,7 @@ func pinned(t *testing.T, dir string) (ref, digest string) {
 func TestReleaseIsReproducible(t *testing.T) {
 	first := release(t)
 	second := filepath.Join(t.TempDir(), "dist")
-	if err := run(context.Background(), options{Version: testVersion, Image: DefaultImage, Out: second, Root: "../..", Platforms: testPlatforms}); err != nil {
+	if err := run(context.Background(), options{Version: testVersion, Image: DefaultImage, ReportsImage: DefaultReportsImage, Out: second, Root: "../..", Platforms: testPlatforms}); err != nil {
 		t.Fatal(err)
 	}
 	var sums []string
@@ -157,8 +163,8 @@ func TestReleaseIsReproducible(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(sums[0]), "\n") {
 		names = append(names, strings.Fields(line)[1])
 	}
-	want := []string{"baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence.yaml",
-		"provenance.intoto.json", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
+	want := []string{"baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence-image.oci.tar", "kubectl-fence.yaml",
+		"policyreports.yaml", "provenance.intoto.json", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}
 	for _, p := range testPlatforms {
 		want = append(want, PluginArchive(p))
 	}
@@ -170,9 +176,9 @@ func TestReleaseIsReproducible(t *testing.T) {
 		t.Errorf("filesFor = %v, want %v", filesFor("0.0.1-test", testPlatforms), want)
 	}
 	// What the workflow attaches: the same, with every platform's archive.
-	if got, want := Files("0.0.1-test"), []string{"SHA256SUMS", "baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence.yaml",
+	if got, want := Files("0.0.1-test"), []string{"SHA256SUMS", "baseline.yaml", "fenceconfig.yaml", "install.yaml", "kubectl-fence-image.oci.tar", "kubectl-fence.yaml",
 		"kubectl-fence_darwin_amd64.tar.gz", "kubectl-fence_darwin_arm64.tar.gz", "kubectl-fence_linux_amd64.tar.gz", "kubectl-fence_linux_arm64.tar.gz",
-		"provenance.intoto.json", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}; !slices.Equal(got, want) {
+		"policyreports.yaml", "provenance.intoto.json", "sandbox-fence-0.0.1-test.tgz", "webhook-image.oci.tar", "webhook.spdx.json"}; !slices.Equal(got, want) {
 		t.Errorf("Files = %v, want %v", got, want)
 	}
 	inst := readFile(t, first, "install.yaml")
@@ -193,9 +199,9 @@ func TestReleaseIsReproducible(t *testing.T) {
 
 // imageIndex opens the release's OCI image-layout tarball as crane push
 // --index reads it (unpacked), and returns its index.
-func imageIndex(t *testing.T, dir string) v1.ImageIndex {
+func imageIndex(t *testing.T, dir, file string) v1.ImageIndex {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, "webhook-image.oci.tar"))
+	f, err := os.Open(filepath.Join(dir, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +218,7 @@ func imageIndex(t *testing.T, dir string) v1.ImageIndex {
 		}
 		p := filepath.Join(lay, filepath.FromSlash(h.Name))
 		if !strings.HasPrefix(p, lay+string(filepath.Separator)) {
-			t.Fatalf("webhook-image.oci.tar: entry %q outside the layout", h.Name)
+			t.Fatalf("%s: entry %q outside the layout", file, h.Name)
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -223,7 +229,7 @@ func imageIndex(t *testing.T, dir string) v1.ImageIndex {
 				err = os.WriteFile(p, b, 0o644)
 			}
 		default:
-			t.Fatalf("webhook-image.oci.tar: entry %q of type %c", h.Name, h.Typeflag)
+			t.Fatalf("%s: entry %q of type %c", file, h.Name, h.Typeflag)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -231,13 +237,13 @@ func imageIndex(t *testing.T, dir string) v1.ImageIndex {
 	}
 	idx, err := layout.ImageIndexFromPath(lay)
 	if err != nil {
-		t.Fatalf("webhook-image.oci.tar is no OCI image layout: %v", err)
+		t.Fatalf("%s is no OCI image layout: %v", file, err)
 	}
 	return idx
 }
 
-// webhookBinary is /webhook of img, the binary the image runs.
-func webhookBinary(t *testing.T, img v1.Image) []byte {
+// binary is /name of img, the binary the image runs.
+func binary(t *testing.T, img v1.Image, name string) []byte {
 	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
@@ -245,12 +251,12 @@ func webhookBinary(t *testing.T, img v1.Image) []byte {
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			t.Fatal("the image holds no /webhook")
+			t.Fatalf("the image holds no /%s", name)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.TrimPrefix(h.Name, "/") == "webhook" {
+		if strings.TrimPrefix(h.Name, "/") == name {
 			b, err := io.ReadAll(tr)
 			if err != nil {
 				t.Fatal(err)
@@ -260,56 +266,74 @@ func webhookBinary(t *testing.T, img v1.Image) []byte {
 	}
 }
 
-// The image index install.yaml pins holds exactly one image per linux
-// platform built (docs/install.md, "Install from a release": the nodes
-// pull theirs by the index's digest; a release has linux/amd64 and
-// linux/arm64), each of an OCI manifest whose configuration says the same
-// platform.
+// Each image index holds exactly one image per linux platform built
+// (docs/install.md, "Install from a release": the nodes pull theirs by the
+// index's digest; a release has linux/amd64 and linux/arm64), each of an
+// OCI manifest whose configuration says the same platform: the webhook's,
+// which install.yaml pins, and kubectl fence's, which policyreports.yaml
+// pins and whose binary says the release's version.
 func TestReleaseImageIndexHoldsOneImagePerPlatform(t *testing.T) {
 	dir := release(t)
-	_, digest := pinned(t, dir)
-	idx := imageIndex(t, dir)
-	d, err := idx.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.String() != digest {
-		t.Errorf("the OCI layout's index is %s, install.yaml pins %s", d, digest)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if im.MediaType != types.OCIImageIndex {
-		t.Errorf("index media type %s, want %s", im.MediaType, types.OCIImageIndex)
-	}
-	type entry struct {
-		MediaType          types.MediaType
-		Platform, Declared string // the index's descriptor; the image's configuration
-	}
-	var got []entry
-	for _, m := range im.Manifests {
-		e := entry{MediaType: m.MediaType}
-		if m.Platform != nil {
-			e.Platform = m.Platform.OS + "/" + m.Platform.Architecture + m.Platform.Variant
-		}
-		img, err := idx.Image(m.Digest)
-		if err != nil {
-			t.Fatalf("%s (%s): %v", m.Digest, e.Platform, err)
-		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Declared = cf.OS + "/" + cf.Architecture + cf.Variant
-		got = append(got, e)
-	}
-	var want []entry
-	for _, p := range testPlatforms {
-		want = append(want, entry{types.OCIManifestSchema1, p, p})
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("the index's manifests (-want +got):\n%s", diff)
+	for _, tc := range []struct{ index, pinnedBy, repo, binary string }{
+		{"webhook-image.oci.tar", "install.yaml", DefaultImage, "webhook"},
+		{"kubectl-fence-image.oci.tar", "policyreports.yaml", DefaultReportsImage, "kubectl-fence"},
+	} {
+		t.Run(tc.index, func(t *testing.T) {
+			_, digest := pinnedIn(t, dir, tc.pinnedBy, tc.repo)
+			idx := imageIndex(t, dir, tc.index)
+			d, err := idx.Digest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.String() != digest {
+				t.Errorf("the OCI layout's index is %s, %s pins %s", d, tc.pinnedBy, digest)
+			}
+			im, err := idx.IndexManifest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if im.MediaType != types.OCIImageIndex {
+				t.Errorf("index media type %s, want %s", im.MediaType, types.OCIImageIndex)
+			}
+			type entry struct {
+				MediaType          types.MediaType
+				Platform, Declared string // the index's descriptor; the image's configuration
+			}
+			var got []entry
+			for _, m := range im.Manifests {
+				e := entry{MediaType: m.MediaType}
+				if m.Platform != nil {
+					e.Platform = m.Platform.OS + "/" + m.Platform.Architecture + m.Platform.Variant
+				}
+				img, err := idx.Image(m.Digest)
+				if err != nil {
+					t.Fatalf("%s (%s): %v", m.Digest, e.Platform, err)
+				}
+				cf, err := img.ConfigFile()
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.Declared = cf.OS + "/" + cf.Architecture + cf.Variant
+				got = append(got, e)
+				if tc.binary == "kubectl-fence" && e.Platform == runtime.GOOS+"/"+runtime.GOARCH {
+					bin := filepath.Join(t.TempDir(), tc.binary)
+					if err := os.WriteFile(bin, binary(t, img, tc.binary), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					out, err := exec.Command(bin, "version", "--client").CombinedOutput()
+					if err != nil || !strings.Contains(string(out), testVersion) {
+						t.Errorf("the image's kubectl fence version --client: %v, want %s:\n%s", err, testVersion, out)
+					}
+				}
+			}
+			var want []entry
+			for _, p := range testPlatforms {
+				want = append(want, entry{types.OCIManifestSchema1, p, p})
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("the index's manifests (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -381,7 +405,7 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 		}
 	}
 
-	idx := imageIndex(t, dir)
+	idx := imageIndex(t, dir, "webhook-image.oci.tar")
 	im, err := idx.IndexManifest()
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +419,7 @@ func TestReleaseSBOMListsTheBinarysModules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bin := webhookBinary(t, img)
+		bin := binary(t, img, "webhook")
 		platform := m.Platform.OS + "/" + m.Platform.Architecture
 		sum := sha256.Sum256(bin)
 		wantFiles["./webhook ("+platform+")"] = hex.EncodeToString(sum[:])
@@ -557,17 +581,25 @@ func TestReleaseChart(t *testing.T) {
 	if got, want := []string{meta.Name, meta.Version, meta.AppVersion}, []string{"sandbox-fence", chartVersion, chartVersion}; !slices.Equal(got, want) {
 		t.Errorf("Chart.yaml name, version, appVersion = %q, want %q", got, want)
 	}
+	type image struct {
+		Repository string `json:"repository"`
+		Digest     string `json:"digest"`
+	}
 	var vals struct {
-		Image struct {
-			Repository string `json:"repository"`
-			Digest     string `json:"digest"`
-		} `json:"image"`
+		Image         image `json:"image"`
+		PolicyReports struct {
+			Image image `json:"image"`
+		} `json:"policyReports"`
 	}
 	if err := yaml.Unmarshal(files["values.yaml"], &vals); err != nil {
 		t.Fatalf("values.yaml: %v", err)
 	}
 	if got := vals.Image.Repository + "@" + vals.Image.Digest; vals.Image.Digest != digest || got != ref {
 		t.Errorf("values.yaml image %s, install.yaml pins %s", got, ref)
+	}
+	reportsRef, _ := pinnedIn(t, dir, "policyreports.yaml", DefaultReportsImage)
+	if got := vals.PolicyReports.Image.Repository + "@" + vals.PolicyReports.Image.Digest; got != reportsRef {
+		t.Errorf("values.yaml policyReports.image %s, policyreports.yaml pins %s", got, reportsRef)
 	}
 
 	// At the oldest release the chart supports: Helm's client-only default,
@@ -590,6 +622,13 @@ func TestReleaseChart(t *testing.T) {
 	rendered := render.Images(objs)
 	if !slices.Equal(rendered, []string{ref}) {
 		t.Errorf("helm template %s runs images %v, want [%s] (install.yaml's)", filepath.Base(pkg), rendered, ref)
+	}
+	objs, err = render.Template(ch, map[string]any{"policyReports": map[string]any{"enabled": true}}, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rendered, want := render.Images(objs), []string{ref, reportsRef}; !slices.Equal(rendered, want) {
+		t.Errorf("helm template %s --set policyReports.enabled=true runs images %v, want %v", filepath.Base(pkg), rendered, want)
 	}
 }
 

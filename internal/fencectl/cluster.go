@@ -2,8 +2,8 @@
 // wiring): audit what already exists against the installed fence, show one
 // Sandbox's fencing state, and check an installation. Everything is read
 // with the caller's credentials; nothing is written but the policy
-// reports of WriteReports, which the in-cluster reports job (webhook report)
-// writes.
+// reports of WriteReports, which the in-cluster reports CronJob
+// (config/components/policy-reports) writes.
 package fencectl
 
 import (

@@ -124,8 +124,8 @@ var (
 // WriteReports applies list (PolicyReports) server-side, then deletes every
 // report labelled ReportManagedBy that list does not hold: the report of a
 // namespace with nothing left to audit, or that is gone. It is what the
-// in-cluster reports job runs (`webhook report`), and what docs/kubectl-fence.md's
-// delete-then-apply does by hand, without the moment with no reports.
+// in-cluster reports CronJob runs (config/components/policy-reports), with
+// no moment without reports, as a delete-then-apply by hand would have.
 func WriteReports(ctx context.Context, c Clients, list *metav1.List) (written, deleted int, err error) {
 	keep := map[string]bool{}
 	for _, item := range list.Items {

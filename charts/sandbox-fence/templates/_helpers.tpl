@@ -8,8 +8,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | replace "+" "_" | trunc 63 | t
 app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- end }}
 
+{{/* An image reference from its values (.Values.image, .Values.policyReports.image). */}}
 {{- define "sandbox-fence.image" -}}
-{{- if .Values.image.digest }}{{ .Values.image.repository }}@{{ .Values.image.digest }}{{ else }}{{ .Values.image.repository }}:{{ .Values.image.tag }}{{ end -}}
+{{- if .digest }}{{ .repository }}@{{ .digest }}{{ else }}{{ .repository }}:{{ .tag }}{{ end -}}
 {{- end }}
 
 {{/* Every binding's validationActions in the mode (internal/enforcement). */}}

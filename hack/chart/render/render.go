@@ -70,11 +70,14 @@ func LintPackage(pkg string, kubeVersion *chartutil.KubeVersion) []string {
 }
 
 // Images lists the image of every init container and container in objs'
-// pod templates, in order.
+// pod templates (a CronJob's included), in order.
 func Images(objs []map[string]any) []string {
 	var images []string
 	for _, m := range objs {
 		spec, _ := m["spec"].(map[string]any)
+		if job, ok := spec["jobTemplate"].(map[string]any); ok { // a CronJob's pods
+			spec, _ = job["spec"].(map[string]any)
+		}
 		tmpl, _ := spec["template"].(map[string]any)
 		pod, _ := tmpl["spec"].(map[string]any)
 		for _, key := range []string{"initContainers", "containers"} {
