@@ -87,13 +87,18 @@ func TestUnchangedOverLongAnnotationDoesNotBlockWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	framework.ExpectAdmitted(t, "the operator labels the Sandbox",
-		patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`)))
-	framework.ExpectAdmitted(t, "the host's unfenced suspend",
-		patch(t, env.Host, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"spec":{"operatingMode":"Suspended"}}`)))
-	framework.ExpectDenied(t, "the host rewrites the hash with another over-long value",
-		patch(t, env.Host, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, fence.AnnotationPodTemplateHash, strings.Repeat("h", 20001)))),
-		framework.PolicyHolderEpoch, "over the 16384-character limit")
-	framework.ExpectAdmitted(t, "the finalizer's owner removes it",
-		patch(t, env.Admin, framework.SandboxGVR, ns, n, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`)))
+	t.Run("a host's changed over-long value is refused with the limit", func(t *testing.T) {
+		framework.RequirePorted(t, env, "the 16384-character guard on backend annotations")
+		framework.ExpectDenied(t, "the host rewrites the hash with another over-long value",
+			patch(t, env.Host, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, fence.AnnotationPodTemplateHash, strings.Repeat("h", 20001)))),
+			framework.PolicyHolderEpoch, "over the 16384-character limit")
+	})
+	t.Run("the unchanged over-long value blocks no write", func(t *testing.T) {
+		framework.ExpectAdmitted(t, "the operator labels the Sandbox",
+			patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`)))
+		framework.ExpectAdmitted(t, "the host's unfenced suspend",
+			patch(t, env.Host, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"spec":{"operatingMode":"Suspended"}}`)))
+		framework.ExpectAdmitted(t, "the finalizer's owner removes it",
+			patch(t, env.Admin, framework.SandboxGVR, ns, n, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`)))
+	})
 }

@@ -74,6 +74,15 @@ func peerDenial(t testing.TB, p Peer, what string, v Verdict, want []string) {
 	t.Logf("peer-wire: %s answered HTTP %d (sandbox-fence denies with 422)", p.Name(), v.Code)
 }
 
+// RequirePorted skips, under a peer, the check of a rule the peers' fences
+// leave out on purpose (e2e/bench/peers/README.md): n/a there, not wrong.
+func RequirePorted(t testing.TB, env *Env, rule string) {
+	t.Helper()
+	if env.Peer != nil {
+		t.Skipf("n/a: %s is left out of the peers' fences (e2e/bench/peers/README.md); %s=%s", rule, EnvEnforcer, env.Peer.Name())
+	}
+}
+
 // RequireShipped skips a case that checks the shipped bundle itself (its
 // manifests, its type checks, its optional webhook components, the host
 // library's check for its policies) rather than a rule every enforcer must

@@ -242,30 +242,71 @@ func leaves(runs []*run, suite []string) []string {
 // nearest parent's (a parent skipped as n/a under a peer never starts its
 // subtests).
 func resultFor(r *run, c string) *result {
+	_, res := judge(r, c)
+	return res
+}
+
+// judge is the test whose result decides c under r: c itself, or the
+// nearest parent r reached.
+func judge(r *run, c string) (string, *result) {
 	for {
 		if res := r.results[c]; res != nil {
-			return res
+			return c, res
 		}
 		i := strings.LastIndexByte(c, '/')
 		if i < 0 {
-			return nil
+			return "", nil
 		}
 		c = c[:i]
 	}
 }
 
-// count is how many of cases end with action under r.
+// count is how many verdicts among cases end with action under r. A
+// parent that decides several cases it never started (it failed or was
+// skipped before them) counts once, not once per subtest.
 func count(r *run, cases []string, action string) int {
-	n := 0
+	return len(verdicts(r, cases, func(res *result) bool { return res.action == action }))
+}
+
+// verdicts are the tests that decide cases under r and whose result keep
+// holds, each once.
+func verdicts(r *run, cases []string, keep func(*result) bool) []string {
+	var out []string
 	for _, c := range cases {
-		if res := resultFor(r, c); res != nil && res.action == action {
-			n++
+		if key, res := judge(r, c); res != nil && keep(res) && !slices.Contains(out, key) {
+			out = append(out, key)
 		}
 	}
-	return n
+	return out
 }
 
 func wrong(r *run, cases []string) int { return count(r, cases, "fail") }
+
+// The ways a case goes wrong, told apart by the suite's failure message
+// (e2e/framework/verdict.go): a refusal with the wrong message or code is
+// not an admission.
+const (
+	wrongAdmitted = "admitted what the rule refuses"
+	wrongMessage  = "refused, with another message or code"
+	wrongValid    = "refused a valid write"
+	wrongOther    = "other (a check that did not settle)"
+)
+
+var wrongKinds = []string{wrongAdmitted, wrongMessage, wrongValid, wrongOther}
+
+// wrongKind is how a failed case went wrong.
+func wrongKind(res *result) string {
+	text := strings.Join(res.why, "\n")
+	switch {
+	case strings.Contains(text, "admitted, want a denial") || strings.Contains(text, "(last: admitted)"):
+		return wrongAdmitted
+	case strings.Contains(text, "want admitted, got denied"):
+		return wrongValid
+	case strings.Contains(text, " lacks ") || strings.Contains(text, "want a denial by"):
+		return wrongMessage
+	}
+	return wrongOther
+}
 
 func table(runs []*run, suite []string) string {
 	var b strings.Builder
@@ -289,6 +330,13 @@ func table(runs []*run, suite []string) string {
 	b.WriteString("| **right / wrong / n/a** |")
 	for _, r := range runs {
 		fmt.Fprintf(&b, " **%d / %d / %d** |", count(r, cases, "pass"), wrong(r, cases), count(r, cases, "skip"))
+	}
+	for _, k := range wrongKinds {
+		b.WriteString("\n| wrong: " + k + " |")
+		for _, r := range runs {
+			n := len(verdicts(r, cases, func(res *result) bool { return res.action == "fail" && wrongKind(res) == k }))
+			fmt.Fprintf(&b, " %d |", n)
+		}
 	}
 	b.WriteString("\n| **not run or not finished** |")
 	for _, r := range runs {
