@@ -301,7 +301,7 @@ RELEASE_IMAGE ?= ghcr.io/sandbox-fence/sandbox-fence-webhook
 RELEASE_REPORTS_IMAGE ?= ghcr.io/sandbox-fence/kubectl-fence
 
 .PHONY: release
-release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI index, the Helm chart, an SPDX SBOM, kubectl fence archives and their krew manifest, SHA256SUMS, signed with COSIGN_KEY when set (VERSION=vX.Y.Z, RELEASE_IMAGE).
+release: ## dist/: install.yaml (image pinned by digest), the amd64+arm64 OCI indexes of the webhook and kubectl fence, policyreports.yaml, the Helm chart, an SPDX SBOM, kubectl fence archives and their krew manifest, SHA256SUMS, signed with COSIGN_KEY when set (VERSION=vX.Y.Z, RELEASE_IMAGE, RELEASE_REPORTS_IMAGE).
 	@if [ -z "$(VERSION)" ]; then echo "make release: set VERSION=vX.Y.Z (the tag being released)" >&2; exit 2; fi
 	$(call harness,hack,./release) -version $(VERSION) -image $(RELEASE_IMAGE) -reports-image $(RELEASE_REPORTS_IMAGE) -out $(DIST)
 	$(if $(COSIGN_KEY),$(MAKE) release-sign)
