@@ -249,15 +249,6 @@ func engine(t *testing.T, ctx context.Context, args ...string) string {
 	return string(out)
 }
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // forwardTestZones makes the cluster's DNS forward the fixtures' zones to
 // the fixture DNS server, as a cluster forwards a private zone, and restarts
 // it so the change is live; the Corefile is put back at the end.

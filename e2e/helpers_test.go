@@ -234,3 +234,13 @@ func requireShipped(t *testing.T) {
 	t.Helper()
 	framework.RequireShipped(t, env)
 }
+
+// repoRoot is the repository root, or the test fails.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}

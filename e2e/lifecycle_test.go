@@ -208,10 +208,7 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	// and three uninstalls, each waiting for its pods or its namespace.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	l := &lifecycle{t: t, root: root, bin: filepath.Join(root, "bin"), kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
 	if _, err := os.Stat(filepath.Join(l.bin, "helm")); err != nil {
 		t.Fatalf("bin/helm: %v (make helm builds it from the Go module proxy; make e2e-kind does)", err)
@@ -514,10 +511,7 @@ func helmGet(ctx context.Context, l *lifecycle, what string) []*unstructured.Uns
 // The lifecycle case runs the commands docs/install.md gives; this keeps
 // them there.
 func TestTheLifecycleCommandsAreDocumented(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)

@@ -29,10 +29,7 @@ import (
 // on top of the nearest kustomization above it, as its users would.
 func TestEveryManifestUnderConfigIsAcceptedByTheServer(t *testing.T) {
 	requireShipped(t)
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	kubectl, err := framework.Kubectl(root)
 	if err != nil {
 		t.Fatal(err)

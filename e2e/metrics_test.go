@@ -135,10 +135,7 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 			exported[n] = true
 		}
 	}
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	monitored, err := tst.MonitoredMetrics(root)
 	if err != nil {
 		t.Fatal(err)

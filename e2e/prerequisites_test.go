@@ -28,10 +28,7 @@ import (
 // (etcd and kube-apiserver only, nothing installed), not the suite's.
 func TestTheWebhookStartsWithoutItsCRDsAndSaysSo(t *testing.T) {
 	ctx := testContext(t)
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	binDir, _, err := framework.ControlPlane(root)
 	if err != nil {
 		t.Fatal(err)

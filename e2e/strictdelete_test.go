@@ -189,10 +189,7 @@ func enableStrictDelete(t *testing.T) {
 func addStrictDeleteBinding(t *testing.T) {
 	t.Helper()
 	ctx := testContext(t)
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	kubectl, err := framework.Kubectl(root)
 	if err != nil {
 		t.Fatal(err)

@@ -230,10 +230,7 @@ func TestKubectlShowsTheRuleFamilyOfAWebhookDenial(t *testing.T) {
 // combined output.
 func kubectlAs(t *testing.T, id *framework.Identity, stdin []byte, args ...string) (string, error) {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repoRoot(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := cluster.WriteKubeconfig(kubeconfig, map[string]*rest.Config{id.Name: id.Config}, id.Name); err != nil {
 		t.Fatal(err)

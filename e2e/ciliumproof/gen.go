@@ -228,8 +228,6 @@ func (g *Generator) ruleWith(b map[string]any, key string) map[string]any {
 	return r
 }
 
-func (g *Generator) fqdnRule(b map[string]any) map[string]any { return g.ruleWith(b, "toFQDNs") }
-
 func (g *Generator) anyRule(b map[string]any) map[string]any {
 	eg := egress(b)
 	if len(eg) == 0 {

@@ -25,13 +25,6 @@ func (e Entry) String() string {
 	return e.Host
 }
 
-// Allows reports whether the grammar entry admits name (compared as DNS
-// compares names: ASCII case-insensitively, with or without the root dot).
-func (e Entry) Allows(name string) bool {
-	n := canonical(name)
-	return n == e.Host || (e.Subdomains && strings.HasSuffix(n, "."+e.Host))
-}
-
 // canonical is a name as DNS compares it: lowercase, without the root dot
 // (the sampled names are ASCII, so strings.ToLower is DNS's case folding).
 func canonical(name string) string { return strings.TrimSuffix(strings.ToLower(name), ".") }

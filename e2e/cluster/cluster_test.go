@@ -75,24 +75,6 @@ func TestServingCertificateVerifiesForLoopback(t *testing.T) {
 	}
 }
 
-func TestCARoundTripsThroughDisk(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := NewCA("test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Write(dir, "ca"); err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := LoadCA(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !loaded.Cert.Equal(ca.Cert) {
-		t.Error("loaded CA certificate differs from the written one")
-	}
-}
-
 // A component that ignores SIGTERM (kube-apiserver draining) must still be
 // gone after the bounded grace, with its whole process group.
 func TestStopKillsAProcessGroupThatIgnoresSIGTERM(t *testing.T) {

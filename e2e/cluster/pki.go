@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -78,36 +77,6 @@ func NewCA(commonName string) (*CA, error) {
 		return nil, err
 	}
 	return &CA{Cert: cert, Key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
-}
-
-// LoadCA reads a CA written by Write.
-func LoadCA(certPath, keyPath string) (*CA, error) {
-	certPEM, err := os.ReadFile(certPath)
-	if err != nil {
-		return nil, err
-	}
-	keyPEMBytes, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, err
-	}
-	cb, _ := pem.Decode(certPEM)
-	kb, _ := pem.Decode(keyPEMBytes)
-	if cb == nil || kb == nil {
-		return nil, fmt.Errorf("load CA %s: no PEM block in the certificate or key file", certPath)
-	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	signer, ok := k.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("load CA %s: key is not a signer", keyPath)
-	}
-	return &CA{Cert: cert, Key: signer, CertPEM: certPEM}, nil
 }
 
 // Write stores the CA as <dir>/<name>.crt and <dir>/<name>.key.

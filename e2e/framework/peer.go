@@ -47,14 +47,6 @@ func (e *Env) UsePeer(p Peer) {
 	activePeer.Store(&p)
 }
 
-// EnforcerName is the enforcer the suite runs against.
-func (e *Env) EnforcerName() string {
-	if e.Peer != nil {
-		return e.Peer.Name()
-	}
-	return ShippedEnforcer
-}
-
 func currentPeer() Peer {
 	if p := activePeer.Load(); p != nil {
 		return *p

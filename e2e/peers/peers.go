@@ -78,9 +78,6 @@ func (e *Engine) Source() string {
 	return "validation.gatekeeper.sh"
 }
 
-// Process is the engine's process once started.
-func (e *Engine) Process() *cluster.Process { return e.proc }
-
 // Version is the engine version built into bin/peers (hack/peers/build.sh).
 func (e *Engine) Version() string {
 	b, err := os.ReadFile(filepath.Join(e.binDir, "peers", "."+e.name+".version"))

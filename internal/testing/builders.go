@@ -89,9 +89,6 @@ func MakeCNP(owner *unstructured.Unstructured) *ObjectWrapper {
 	return w
 }
 
-// Name sets metadata.name.
-func (w *ObjectWrapper) Name(n string) *ObjectWrapper { w.u.SetName(n); return w }
-
 // Namespace sets metadata.namespace.
 func (w *ObjectWrapper) Namespace(ns string) *ObjectWrapper { w.u.SetNamespace(ns); return w }
 

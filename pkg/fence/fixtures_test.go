@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // sandboxBuilder makes Sandbox fixtures: makeSandbox("a").RV("1001").Epoch("2").Obj().
@@ -25,8 +24,6 @@ func makeSandbox(name string) *sandboxBuilder {
 }
 
 func (b *sandboxBuilder) RV(rv string) *sandboxBuilder { b.u.SetResourceVersion(rv); return b }
-
-func (b *sandboxBuilder) UID(uid string) *sandboxBuilder { b.u.SetUID(types.UID(uid)); return b }
 
 // Annotation sets one annotation, creating the map.
 func (b *sandboxBuilder) Annotation(k, v string) *sandboxBuilder {
