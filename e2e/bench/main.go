@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -54,6 +55,7 @@ type options struct {
 	peers bool
 	// cacheFirst and aa add the optional configurations (configs.go).
 	cacheFirst, aa bool
+	seed           uint64
 	// profileDir receives CPU profiles of the apiserver (cnp, 1 client).
 	profileDir string
 	profileFor time.Duration
@@ -67,7 +69,8 @@ var logf = framework.StderrLogf("bench")
 func main() {
 	var o options
 	var conc, scale string
-	flag.IntVar(&o.rounds, "rounds", 4, "measured rounds; each runs every configuration once, in a rotating order")
+	flag.IntVar(&o.rounds, "rounds", 4, "measured rounds; each runs every configuration once, in a random order (-seed)")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the rounds' configuration orders")
 	flag.DurationVar(&o.window, "window", 1500*time.Millisecond, "duration of one cell's window")
 	flag.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "window of the unrecorded warm-up round (0: none)")
 	flag.StringVar(&conc, "concurrency", "1,8,32", "client counts")
@@ -236,10 +239,11 @@ func run(ctx context.Context, o options) (err error) {
 			}
 			window = o.warmup
 		}
-		// Rotate the configuration order each round, so that drift (a
-		// growing etcd, a neighbour's compile) lands on every configuration.
-		for k := range configs {
-			c := configs[(k+r)%len(configs)]
+		// A random order each round (seeded: -seed), so that drift (a
+		// growing etcd, a neighbour's compile) and the order itself land on
+		// every configuration alike.
+		for _, k := range rand.New(rand.NewPCG(o.seed, uint64(r))).Perm(len(configs)) {
+			c := configs[k]
 			d, err := sw.install(ctx, c)
 			if err != nil {
 				return err

@@ -106,7 +106,8 @@ func TestPairedReportJudgesOnlyAShiftTheIntervalResolves(t *testing.T) {
 		key(ours, "noise", 1): cells(ours, base...), key(cachedConfig.Name, "noise", 1): cells(cachedConfig.Name, noisy...),
 	}
 	report := pairedReport([]workload{{Name: "shift"}, {Name: "noise"}}, []int{1}, configsFor(false, true, false), results, key)
-	for _, want := range []string{"| shift | 1 | 10 | -1.09 | [", "] | vaps+webhook-cached faster |", "| noise | 1 | 10 | +0.00 | [", "] | no difference resolved |"} {
+	for _, want := range []string{"| shift | 1 | POST | 10 | -1.09 | [", "] | p50: vaps+webhook-cached faster; p99: vaps+webhook-cached faster |",
+		"| noise | 1 | POST | 10 | +0.00 | [", "] | p50: no difference resolved; p99: no difference resolved |"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}

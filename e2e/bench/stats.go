@@ -18,9 +18,9 @@ type sink struct {
 	mu     sync.Mutex
 	ops    []time.Duration
 	writes []time.Duration
-	// creates are the POSTs among writes: the admissions whose owner the
-	// webhook reads (a DELETE reads none).
-	creates  []time.Duration
+	// byVerb are writes per HTTP method: a create (POST, whose owner the
+	// webhook reads) and a delete (which reads none) are told apart.
+	byVerb   map[string][]time.Duration
 	errs     int
 	firstErr error
 }
@@ -41,9 +41,10 @@ func (s *sink) op(d time.Duration, err error) {
 func (s *sink) write(method string, d time.Duration) {
 	s.mu.Lock()
 	s.writes = append(s.writes, d)
-	if method == http.MethodPost {
-		s.creates = append(s.creates, d)
+	if s.byVerb == nil {
+		s.byVerb = map[string][]time.Duration{}
 	}
+	s.byVerb[method] = append(s.byVerb[method], d)
 	s.mu.Unlock()
 }
 
@@ -122,16 +123,16 @@ func spread(v []float64) string {
 	return fmt.Sprintf("%.0f-%.0f", slices.Min(v), slices.Max(v))
 }
 
-// pairs are the comparisons pairedReport makes when both configurations ran.
-var pairs = [][2]string{{cachedConfig.Name, ours}, {aaConfig.Name, "none"}}
+// pairs are the comparisons pairedReport makes when both configurations
+// ran: the owner read's two modes, the A/A control, the VAPs against no
+// fence, and ours against each peer.
+var pairs = [][2]string{{cachedConfig.Name, ours}, {aaConfig.Name, "none"}, {"vaps", "none"}, {ours, "kyverno"}, {ours, "gatekeeper"}}
 
-// pairedReport compares each pair of configurations cell by cell, round by
-// round: the difference of their admitted-write p50 in the same round (the
-// rounds interleave the configurations, so drift lands on both), and a
-// bootstrap 95% interval of its mean over the rounds. A verdict is given
-// only where the interval excludes 0. The admitted write is the create
-// where the workload has one (the owner read happens there), else every
-// write.
+// pairedReport compares each pair of configurations cell by cell, verb by
+// verb, round by round: the difference of their write p50 and p99 in the
+// same round (the rounds interleave the configurations, so drift lands on
+// both), and a bootstrap 95% interval of its mean over the rounds. A
+// verdict is given only where the interval excludes 0.
 func pairedReport(wls []workload, conc []int, configs []config, results map[string][]*cellResult, key func(string, string, int) string) string {
 	ran := map[string]bool{}
 	for _, c := range configs {
@@ -143,21 +144,33 @@ func pairedReport(wls []workload, conc []int, configs []config, results map[stri
 			continue
 		}
 		fmt.Fprintf(&b, "#### %s against %s, paired by round\n\n", p[0], p[1])
-		b.WriteString("| workload | clients | rounds | mean difference of write p50, ms | 95% interval | verdict |\n|---|---:|---:|---:|---|---|\n")
+		b.WriteString("| workload | clients | verb | rounds | p50 difference, ms | 95% interval | p99 difference, ms | 95% interval | verdict |\n|---|---:|---|---:|---:|---|---:|---|---|\n")
 		for _, w := range wls {
 			for _, n := range conc {
-				d := pairedDiffs(results[key(p[0], w.Name, n)], results[key(p[1], w.Name, n)])
-				lo, hi := bootstrapMean(d, 10000)
-				verdict := "no difference resolved"
-				switch {
-				case len(d) < 2:
-					verdict = "too few rounds"
-				case hi < 0:
-					verdict = p[0] + " faster"
-				case lo > 0:
-					verdict = p[0] + " slower"
+				a, o := results[key(p[0], w.Name, n)], results[key(p[1], w.Name, n)]
+				for _, verb := range verbs(a) {
+					fmt.Fprintf(&b, "| %s | %d | %s |", w.Name, n, verb)
+					var verdicts []string
+					for i, pct := range []float64{50, 99} {
+						d := pairedDiffs(a, o, verb, pct)
+						lo, hi := bootstrapMean(d, 10000)
+						if i == 0 {
+							fmt.Fprintf(&b, " %d |", len(d))
+						}
+						fmt.Fprintf(&b, " %+.2f | [%+.2f, %+.2f] |", mean(d), lo, hi)
+						switch {
+						case len(d) < 2:
+							verdicts = append(verdicts, fmt.Sprintf("p%.0f: too few rounds", pct))
+						case hi < 0:
+							verdicts = append(verdicts, fmt.Sprintf("p%.0f: %s faster", pct, p[0]))
+						case lo > 0:
+							verdicts = append(verdicts, fmt.Sprintf("p%.0f: %s slower", pct, p[0]))
+						default:
+							verdicts = append(verdicts, fmt.Sprintf("p%.0f: no difference resolved", pct))
+						}
+					}
+					fmt.Fprintf(&b, " %s |\n", strings.Join(verdicts, "; "))
 				}
-				fmt.Fprintf(&b, "| %s | %d | %d | %+.2f | [%+.2f, %+.2f] | %s |\n", w.Name, n, len(d), mean(d), lo, hi, verdict)
 			}
 		}
 		b.WriteString("\n")
@@ -165,17 +178,30 @@ func pairedReport(wls []workload, conc []int, configs []config, results map[stri
 	return b.String()
 }
 
-// pairedDiffs returns, for each round both a and b measured, a's admitted
-// write p50 minus b's, in milliseconds.
-func pairedDiffs(a, b []*cellResult) []float64 {
-	p50 := func(c *cellResult) float64 {
-		ws := c.sink.creates
-		if len(ws) == 0 {
-			ws = c.sink.writes
+// verbs are the write methods cells recorded, in name order.
+func verbs(cells []*cellResult) []string {
+	var out []string
+	for _, c := range cells {
+		for v := range c.sink.byVerb {
+			if !slices.Contains(out, v) {
+				out = append(out, v)
+			}
 		}
-		ws = slices.Clone(ws)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pairedDiffs returns, for each round both a and b measured, a's pct
+// percentile of verb's writes minus b's, in milliseconds.
+func pairedDiffs(a, b []*cellResult, verb string, pct float64) []float64 {
+	at := func(c *cellResult) (float64, bool) {
+		ws := slices.Clone(c.sink.byVerb[verb])
+		if len(ws) == 0 {
+			return 0, false
+		}
 		slices.Sort(ws)
-		return float64(percentile(ws, 50)) / float64(time.Millisecond)
+		return float64(percentile(ws, pct)) / float64(time.Millisecond), true
 	}
 	byRound := map[int]*cellResult{}
 	for _, c := range b {
@@ -184,7 +210,11 @@ func pairedDiffs(a, b []*cellResult) []float64 {
 	var d []float64
 	for _, c := range a {
 		if o, ok := byRound[c.round]; ok {
-			d = append(d, p50(c)-p50(o))
+			x, okA := at(c)
+			y, okB := at(o)
+			if okA && okB {
+				d = append(d, x-y)
+			}
 		}
 	}
 	return d
