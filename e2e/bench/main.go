@@ -221,6 +221,11 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		return err
 	}
+	token, err := env.ScraperToken(ctx, framework.MetricsScraper, true)
+	if err != nil {
+		return err
+	}
+	ws := &webhookScraper{env: env, token: token}
 	rss := map[string]map[string]float64{} // config -> process -> max MiB
 	wls := workloads(hc, fx)
 	logf("setup done in %s; load %s", time.Since(runStart).Round(100*time.Millisecond), loadavg())
@@ -258,9 +263,23 @@ func run(ctx context.Context, o options) (err error) {
 			}
 			for _, w := range wls {
 				for _, n := range o.concurrency {
+					var owner0 scrape
+					if c.Webhook && !warm {
+						if owner0, err = ws.scrape(ctx); err != nil {
+							return err
+						}
+					}
 					cpu0 := m.cpu()
 					s, el := runWindow(ctx, hc, w, n, window)
 					cpu := diffCPU(m.cpu(), cpu0)
+					var owner scrape
+					if owner0 != nil {
+						owner1, err := ws.scrape(ctx)
+						if err != nil {
+							return err
+						}
+						owner = owner1.diff(owner0)
+					}
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
@@ -268,7 +287,7 @@ func run(ctx context.Context, o options) (err error) {
 						return fmt.Errorf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %w", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
 					}
 					if !warm {
-						results[key(c.Name, w.Name, n)] = append(results[key(c.Name, w.Name, n)], &cellResult{round: r, config: c.Name, clients: n, elapsed: el, sink: s, cpu: cpu})
+						results[key(c.Name, w.Name, n)] = append(results[key(c.Name, w.Name, n)], &cellResult{round: r, config: c.Name, clients: n, elapsed: el, sink: s, cpu: cpu, owner: owner})
 					}
 				}
 			}
@@ -333,6 +352,7 @@ func run(ctx context.Context, o options) (err error) {
 		md.WriteString("\n")
 	}
 	md.WriteString(pairedReport(wls, o.concurrency, configs, results, key))
+	md.WriteString(ownerReadTable(wls, o.concurrency, configs, results, key))
 	fmt.Fprintf(&md, "Configuration switches and load average (1, 5, 15 min) around each block of %d cells:\n\n", len(wls)*len(o.concurrency))
 	md.WriteString("| round | config | switch observed after | load before | load after |\n|---|---|---:|---|---|\n")
 	md.WriteString(strings.Join(loads, "\n") + "\n\n")

@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
+	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
 // The apiserver's own histograms for our enforcers (every admission
@@ -22,10 +25,13 @@ const (
 	// apiserver observes vapMetric for a binding only on a denial or an
 	// evaluation error (k8s.io/apiserver validating/dispatcher.go).
 	pluginMetric = "apiserver_admission_controller_admission_duration_seconds"
+	// lookupMetric is our webhook's own: each owner read, by source (cache,
+	// live) and result, scraped from the webhook around every cell.
+	lookupMetric = webhook.LookupSecondsMetric
 )
 
 // families are the histograms kept from a scrape.
-var families = []string{vapMetric, webhookMetric, pluginMetric}
+var families = []string{vapMetric, webhookMetric, pluginMetric, lookupMetric}
 
 // histogram is one Prometheus histogram series aggregated over the labels
 // we do not group by.
@@ -55,6 +61,8 @@ func groupKey(family string, labels map[string]string) string {
 		return labels["policy"] + " " + labels["enforcement_action"] + " " + labels["error_type"]
 	case webhookMetric:
 		return labels["name"] + " " + labels["operation"] + " rejected=" + labels["rejected"]
+	case lookupMetric:
+		return labels["kind"] + " " + labels["source"] + " " + labels["result"]
 	case pluginMetric:
 		if n := labels["name"]; n == "ValidatingAdmissionPolicy" || n == "ValidatingAdmissionWebhook" {
 			return n + " " + labels["operation"] + " rejected=" + labels["rejected"]
@@ -244,4 +252,62 @@ func (h *histogram) bucketString() string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// webhookScraper reads our webhook's /metrics (every replica, summed) as
+// the ServiceAccount the suite binds to the shipped metrics-reader role.
+type webhookScraper struct {
+	env   *framework.Env
+	token string
+}
+
+func (w *webhookScraper) scrape(ctx context.Context) (scrape, error) {
+	eps, done, err := w.env.WebhookMetrics.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	out := scrape{}
+	for _, ep := range eps {
+		code, body, err := ep.Scrape(ctx, w.token)
+		if err != nil || code != 200 {
+			return nil, fmt.Errorf("scrape the webhook's /metrics (%s): HTTP %d, %v", ep.Replica, code, err)
+		}
+		out.add(parseMetrics([]byte(body)))
+	}
+	return out, nil
+}
+
+// ownerReadTable is the webhook's owner reads per cell of the configurations
+// that run it, summed over the measured rounds.
+func ownerReadTable(wls []workload, conc []int, configs []config, results map[string][]*cellResult, key func(string, string, int) string) string {
+	var b strings.Builder
+	b.WriteString("The webhook's owner reads per cell (`" + lookupMetric + "`, scraped from the webhook around each cell, summed over the rounds):\n\n")
+	b.WriteString("| config | workload | clients | kind source result | reads | mean (ms) | cumulative buckets (le seconds: count) |\n|---|---|---:|---|---:|---:|---|\n")
+	for _, c := range configs {
+		if !c.Webhook {
+			continue
+		}
+		for _, w := range wls {
+			for _, n := range conc {
+				sum := scrape{}
+				for _, cell := range results[key(c.Name, w.Name, n)] {
+					sum.add(cell.owner)
+				}
+				keys := make([]string, 0, len(sum[lookupMetric]))
+				for k := range sum[lookupMetric] {
+					keys = append(keys, k)
+				}
+				slices.Sort(keys)
+				for _, k := range keys {
+					h := sum[lookupMetric][k]
+					if h.count == 0 {
+						continue
+					}
+					fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %.3f | %s |\n", c.Name, w.Name, n, k, h.count, 1000*h.sum/h.count, h.bucketString())
+				}
+			}
+		}
+	}
+	return b.String() + "\n"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,57 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// The verdict names every measure at which ours is not below the best peer,
-// and nothing where it is.
-func TestCompareWithPeersNamesWhereOursIsNotAhead(t *testing.T) {
-	configs := configsFor(true, false, false)
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	tests := []struct {
-		name  string
-		costs map[string]cost
-		want  []string
-	}{
-		{
-			name: "ahead of both peers on every measure says nothing",
-			costs: map[string]cost{
-				ours:         {addP50: ms(1), addP99: ms(5), addCPU: 0.5},
-				"kyverno":    {addP50: ms(2), addP99: ms(9), addCPU: 1.5},
-				"gatekeeper": {addP50: ms(3), addP99: ms(6), addCPU: 0.9},
-			},
-		},
-		{
-			name: "behind the best peer on p99 and CPU names both, against that peer",
-			costs: map[string]cost{
-				ours:         {addP50: ms(1), addP99: ms(7), addCPU: 1.0},
-				"kyverno":    {addP50: ms(2), addP99: ms(9), addCPU: 0.8},
-				"gatekeeper": {addP50: ms(3), addP99: ms(6), addCPU: 0.9},
-			},
-			want: []string{
-				"added p99 at 8 clients 7.000 ms vs gatekeeper 6.000",
-				"added CPU at 8 clients 1.000 CPU-s/1k vs kyverno 0.800",
-			},
-		},
-		{
-			name: "a tie is not ahead",
-			costs: map[string]cost{
-				ours:         {addP50: ms(2), addP99: ms(5), addCPU: 0.5},
-				"kyverno":    {addP50: ms(2), addP99: ms(9), addCPU: 1.5},
-				"gatekeeper": {addP50: ms(3), addP99: ms(6), addCPU: 0.9},
-			},
-			want: []string{"added p50 at 8 clients 2.000 ms vs kyverno 2.000"},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if d := cmp.Diff(tc.want, compareWithPeers(8, tc.costs, configs)); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
-		})
-	}
-}
-
 // CPU per admission divides the process's CPU over the cells by the writes
-// the cells made, and "added" subtracts the apiserver's CPU of none.
+// the cells made, and "added" subtracts the apiserver's and etcd's CPU of
+// none.
 func TestCellCostChargesCPUToAdmittedWrites(t *testing.T) {
 	cell := func(writes int, cpu map[string]time.Duration) *cellResult {
 		s := &sink{}
@@ -69,12 +22,12 @@ func TestCellCostChargesCPUToAdmittedWrites(t *testing.T) {
 		}
 		return &cellResult{elapsed: time.Second, sink: s, cpu: cpu}
 	}
-	base := []*cellResult{cell(100, map[string]time.Duration{"kube-apiserver": 100 * time.Millisecond})}
+	base := []*cellResult{cell(100, map[string]time.Duration{"kube-apiserver": 100 * time.Millisecond, "etcd": 20 * time.Millisecond})}
 	got := cellCost([]*cellResult{
-		cell(100, map[string]time.Duration{"kube-apiserver": 150 * time.Millisecond, "kyverno": 80 * time.Millisecond}),
-		cell(100, map[string]time.Duration{"kube-apiserver": 150 * time.Millisecond, "kyverno": 120 * time.Millisecond}),
+		cell(100, map[string]time.Duration{"kube-apiserver": 150 * time.Millisecond, "etcd": 30 * time.Millisecond, "kyverno": 80 * time.Millisecond}),
+		cell(100, map[string]time.Duration{"kube-apiserver": 150 * time.Millisecond, "etcd": 50 * time.Millisecond, "kyverno": 120 * time.Millisecond}),
 	}, base, config{Name: "kyverno", Peer: "kyverno"})
-	want := cost{ops: 100, ratio: 1, p50: time.Millisecond, p99: time.Millisecond, apiserver: 1.5, engine: 1.0, addAPIServer: 0.5, addCPU: 1.5, engineName: "kyverno"}
+	want := cost{ops: 100, ratio: 1, p50: time.Millisecond, p99: time.Millisecond, apiserver: 1.5, etcd: 0.4, engine: 1.0, addServers: 0.7, addCPU: 1.7, engineName: "kyverno"}
 	if d := cmp.Diff(want, got, cmp.AllowUnexported(cost{}), cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}
@@ -111,5 +64,26 @@ func TestPairedReportJudgesOnlyAShiftTheIntervalResolves(t *testing.T) {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
+	}
+}
+
+// The webhook's owner reads of a cell are its histogram's difference around
+// the cell, by source and result, summed over the rounds of the cell.
+func TestOwnerReadTableSumsEachCellsReads(t *testing.T) {
+	body := func(live, sum float64) scrape {
+		return parseMetrics(fmt.Appendf(nil, `%[1]s_bucket{kind="SandboxClaim",result="found",source="live",le="0.005"} %[2]g
+%[1]s_bucket{kind="SandboxClaim",result="found",source="live",le="+Inf"} %[2]g
+%[1]s_sum{kind="SandboxClaim",result="found",source="live"} %[3]g
+%[1]s_count{kind="SandboxClaim",result="found",source="live"} %[2]g
+`, lookupMetric, live, sum))
+	}
+	key := func(c, w string, n int) string { return c + "/" + w }
+	results := map[string][]*cellResult{key(ours, "cnp", 1): {
+		{owner: body(30, 0.06).diff(body(10, 0.02))},
+		{owner: body(25, 0.05).diff(body(5, 0.01))},
+	}}
+	got := ownerReadTable([]workload{{Name: "cnp"}}, []int{1}, configsFor(false, false, false), results, key)
+	if want := "| vaps+webhook | cnp | 1 | SandboxClaim live found | 40 | 2.000 | 0.005: 40 |"; !strings.Contains(got, want) {
+		t.Errorf("the table lacks %q:\n%s", want, got)
 	}
 }

@@ -188,6 +188,9 @@ type cellResult struct {
 	sink    *sink
 	// cpu is the CPU time each metered process spent during the window.
 	cpu map[string]time.Duration
+	// owner is the webhook's owner-read histogram over the window, where
+	// the configuration runs the webhook.
+	owner scrape
 }
 
 // runWindow runs `clients` workers of w in a closed loop for d and returns
