@@ -56,6 +56,7 @@ type options struct {
 	// cacheFirst and aa add the optional configurations (configs.go).
 	cacheFirst, aa bool
 	seed           uint64
+	open           float64
 	// profileDir receives CPU profiles of the apiserver (cnp, 1 client).
 	profileDir string
 	profileFor time.Duration
@@ -71,6 +72,7 @@ func main() {
 	var conc, scale string
 	flag.IntVar(&o.rounds, "rounds", 4, "measured rounds; each runs every configuration once, in a random order (-seed)")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the rounds' configuration orders")
+	flag.Float64Var(&o.open, "open", 0, "also run each workload in an open loop at this fraction of the slowest configuration's closed-loop throughput in the warm-up round (0: none; needs -warmup)")
 	flag.DurationVar(&o.window, "window", 1500*time.Millisecond, "duration of one cell's window")
 	flag.DurationVar(&o.warmup, "warmup", 300*time.Millisecond, "window of the unrecorded warm-up round (0: none)")
 	flag.StringVar(&conc, "concurrency", "1,8,32", "client counts")
@@ -230,12 +232,26 @@ func run(ctx context.Context, o options) (err error) {
 	wls := workloads(hc, fx)
 	logf("setup done in %s; load %s", time.Since(runStart).Round(100*time.Millisecond), loadavg())
 
-	results := map[string][]*cellResult{} // key: config/workload/clients
+	results := map[string][]*cellResult{} // key: config/workload/clients (openLoop: the open loop)
+	warmBest := map[string]float64{}      // config/workload -> best warm-up ops/s
+	openRate := map[string]float64{}      // workload -> the open loop's ops/s
 	key := func(c, w string, n int) string { return fmt.Sprintf("%s/%s/%d", c, w, n) }
 	var loads []string
 	var switches []time.Duration
 	perConfig := map[string]scrape{}
 	for r := 0; r <= o.rounds; r++ {
+		if r == 1 && o.open > 0 {
+			for _, w := range wls {
+				slowest := math.Inf(1)
+				for _, c := range configs {
+					slowest = min(slowest, warmBest[c.Name+"/"+w.Name])
+				}
+				if slowest > 0 && !math.IsInf(slowest, 1) {
+					openRate[w.Name] = o.open * slowest
+					logf("open loop for %s: %.0f ops/s (%.2f of the slowest configuration's %.0f ops/s in the warm-up)", w.Name, openRate[w.Name], o.open, slowest)
+				}
+			}
+		}
 		warm := r == 0
 		window := o.window
 		if warm {
@@ -262,7 +278,11 @@ func run(ctx context.Context, o options) (err error) {
 				return err
 			}
 			for _, w := range wls {
-				for _, n := range o.concurrency {
+				cells := o.concurrency
+				if !warm && openRate[w.Name] > 0 {
+					cells = append(slices.Clone(cells), openLoop)
+				}
+				for _, n := range cells {
 					var owner0 scrape
 					if c.Webhook && !warm {
 						if owner0, err = ws.scrape(ctx); err != nil {
@@ -270,7 +290,13 @@ func run(ctx context.Context, o options) (err error) {
 						}
 					}
 					cpu0 := m.cpu()
-					s, el := runWindow(ctx, hc, w, n, window)
+					var s *sink
+					var el time.Duration
+					if n == openLoop {
+						s, el = runOpenWindow(ctx, hc, w, openRate[w.Name], slices.Max(o.concurrency), window)
+					} else {
+						s, el = runWindow(ctx, hc, w, n, window)
+					}
 					cpu := diffCPU(m.cpu(), cpu0)
 					var owner scrape
 					if owner0 != nil {
@@ -285,6 +311,14 @@ func run(ctx context.Context, o options) (err error) {
 					}
 					if s.errs > 0 {
 						return fmt.Errorf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %w", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
+					}
+					if warm && o.open > 0 {
+						// The open loop's rate: a fraction of the slowest
+						// configuration's best closed-loop throughput.
+						tput := float64(len(s.ops)) / el.Seconds()
+						if best := warmBest[c.Name+"/"+w.Name]; tput > best {
+							warmBest[c.Name+"/"+w.Name] = tput
+						}
 					}
 					if !warm {
 						results[key(c.Name, w.Name, n)] = append(results[key(c.Name, w.Name, n)], &cellResult{round: r, config: c.Name, clients: n, elapsed: el, sink: s, cpu: cpu, owner: owner})
@@ -351,7 +385,16 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		md.WriteString("\n")
 	}
-	md.WriteString(pairedReport(wls, o.concurrency, configs, results, key))
+	paired := o.concurrency
+	if len(openRate) > 0 {
+		paired = append(slices.Clone(paired), openLoop)
+		md.WriteString("Open loop (clients column `open`): each workload's operations sent at a fixed rate, each timed from its scheduled send:")
+		for _, w := range wls {
+			fmt.Fprintf(&md, " %s %.0f ops/s;", w.Name, openRate[w.Name])
+		}
+		fmt.Fprintf(&md, " %.2f of the slowest configuration's best closed-loop throughput in the warm-up round.\n\n", o.open)
+	}
+	md.WriteString(pairedReport(wls, paired, configs, results, key))
 	md.WriteString(ownerReadTable(wls, o.concurrency, configs, results, key))
 	fmt.Fprintf(&md, "Configuration switches and load average (1, 5, 15 min) around each block of %d cells:\n\n", len(wls)*len(o.concurrency))
 	md.WriteString("| round | config | switch observed after | load before | load after |\n|---|---|---:|---|---|\n")

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +87,19 @@ func TestOwnerReadTableSumsEachCellsReads(t *testing.T) {
 	got := ownerReadTable([]workload{{Name: "cnp"}}, []int{1}, configsFor(false, false, false), results, key)
 	if want := "| vaps+webhook | cnp | 1 | SandboxClaim live found | 40 | 2.000 | 0.005: 40 |"; !strings.Contains(got, want) {
 		t.Errorf("the table lacks %q:\n%s", want, got)
+	}
+}
+
+// The open loop times an operation from its scheduled send: ten sends
+// 10 ms apart onto one worker whose operation takes 20 ms queue behind each
+// other, and the last waits over 100 ms, where a closed loop would report 20.
+func TestOpenLoopTimesFromTheScheduledSend(t *testing.T) {
+	w := workload{Name: "slow", op: func(context.Context, int) error { time.Sleep(20 * time.Millisecond); return nil }}
+	s, _ := runOpenWindow(context.Background(), &hostClients{rec: &recorder{}}, w, 100, 1, 100*time.Millisecond)
+	if len(s.ops) != 10 {
+		t.Fatalf("%d operations sent, want 10 (100 ops/s for 100 ms)", len(s.ops))
+	}
+	if last := slices.Max(s.ops); last < 100*time.Millisecond {
+		t.Errorf("the last queued operation took %s from its scheduled send, want over 100ms", last)
 	}
 }

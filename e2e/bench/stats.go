@@ -148,8 +148,12 @@ func pairedReport(wls []workload, conc []int, configs []config, results map[stri
 		for _, w := range wls {
 			for _, n := range conc {
 				a, o := results[key(p[0], w.Name, n)], results[key(p[1], w.Name, n)]
-				for _, verb := range verbs(a) {
-					fmt.Fprintf(&b, "| %s | %d | %s |", w.Name, n, verb)
+				clients, vs := fmt.Sprint(n), verbs(a)
+				if n == openLoop {
+					clients, vs = "open", []string{opFromSchedule}
+				}
+				for _, verb := range vs {
+					fmt.Fprintf(&b, "| %s | %s | %s |", w.Name, clients, verb)
 					var verdicts []string
 					for i, pct := range []float64{50, 99} {
 						d := pairedDiffs(a, o, verb, pct)
@@ -178,6 +182,13 @@ func pairedReport(wls []workload, conc []int, configs []config, results map[stri
 	return b.String()
 }
 
+// openLoop is the clients value of an open-loop cell (runOpenWindow).
+const openLoop = 0
+
+// opFromSchedule is the "verb" of an open-loop cell: the whole operation,
+// timed from its scheduled send.
+const opFromSchedule = "op from its scheduled send"
+
 // verbs are the write methods cells recorded, in name order.
 func verbs(cells []*cellResult) []string {
 	var out []string
@@ -197,6 +208,9 @@ func verbs(cells []*cellResult) []string {
 func pairedDiffs(a, b []*cellResult, verb string, pct float64) []float64 {
 	at := func(c *cellResult) (float64, bool) {
 		ws := slices.Clone(c.sink.byVerb[verb])
+		if verb == opFromSchedule {
+			ws = slices.Clone(c.sink.ops)
+		}
 		if len(ws) == 0 {
 			return 0, false
 		}

@@ -215,3 +215,36 @@ func runWindow(ctx context.Context, hc *hostClients, w workload, clients int, d 
 	wg.Wait()
 	return s, time.Since(start)
 }
+
+// runOpenWindow sends w's operations at a fixed rate per second for d, each
+// on the objects of a free worker (slots of them), and times each from its
+// scheduled send: a server that falls behind shows as queueing in the
+// latency, as it does for a host whose work arrives on its own schedule.
+// The closed loop (runWindow) finds the capacity this rate stays under.
+func runOpenWindow(ctx context.Context, hc *hostClients, w workload, rate float64, slots int, d time.Duration) (*sink, time.Duration) {
+	s := &sink{}
+	hc.rec.current.Store(s)
+	defer hc.rec.current.Store(nil)
+	free := make(chan int, slots)
+	for i := range slots {
+		free <- i
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for k := 0; ctx.Err() == nil; k++ {
+		at := start.Add(time.Duration(k) * interval)
+		if at.Sub(start) >= d {
+			break
+		}
+		time.Sleep(time.Until(at))
+		wg.Go(func() {
+			i := <-free
+			defer func() { free <- i }()
+			err := w.op(ctx, i)
+			s.op(time.Since(at), err)
+		})
+	}
+	wg.Wait()
+	return s, time.Since(start)
+}
