@@ -244,7 +244,7 @@ BENCH_OUT := $(if $(filter 1,$(PUBLISH)),$(CURDIR)/docs/bench,$(BIN)/bench)
 BENCH_FLAGS ?= -rounds 5 -window 2s
 # The owner counts the scale run measures the webhook against (e2e/bench/scale.go).
 SCALE_OWNERS ?= 100,1000,10000,100000
-PEERS_BENCH_FLAGS ?= -rounds 10 -aa -open 0.5 -window 1500ms -warmup 300ms -apiserver-profile $(BIN)/bench/profiles
+PEERS_BENCH_FLAGS ?= -rounds 10 -aa -open 0.5 -window 1s -warmup 300ms -apiserver-profile $(BIN)/bench/profiles
 PEERS_TIMEOUT ?= 30m
 
 .PHONY: bench

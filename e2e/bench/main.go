@@ -309,7 +309,10 @@ func run(ctx context.Context, o options) (err error) {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					if s.errs > 0 {
+					if s.errs > 0 && w.refusable {
+						logf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %v", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
+					}
+					if s.errs > 0 && !w.refusable {
 						return fmt.Errorf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %w", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
 					}
 					if warm && o.open > 0 {
@@ -371,16 +374,16 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	for _, w := range wls {
 		fmt.Fprintf(&md, "#### %s — %s\n\n", w.Name, w.Requests)
-		md.WriteString("| clients | config | ops/s | ×baseline | per-round ops/s | p50 ms | p90 ms | p99 ms | Δp99 ms | write p50 ms | write p99 ms | Δwrite p99 ms |\n")
-		md.WriteString("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		md.WriteString("| clients | config | ops/s | ×baseline | per-round ops/s | p50 ms | p90 ms | p99 ms | Δp99 ms | write p50 ms | write p99 ms | Δwrite p99 ms | failed ops |\n")
+		md.WriteString("|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, n := range o.concurrency {
 			base := summarise(results[key("none", w.Name, n)])
 			for _, c := range configs {
 				s := summarise(results[key(c.Name, w.Name, n)])
-				fmt.Fprintf(&md, "| %d | %s | %.0f | %.3f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				fmt.Fprintf(&md, "| %d | %s | %.0f | %.3f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
 					n, c.Name, s.Throughput, s.Throughput/base.Throughput, spread(s.PerRound),
 					ms(s.P50), ms(s.P90), ms(s.P99), deltaMs(s.P99, base.P99),
-					ms(s.WriteP50), ms(s.WriteP99), deltaMs(s.WriteP99, base.WriteP99))
+					ms(s.WriteP50), ms(s.WriteP99), deltaMs(s.WriteP99, base.WriteP99), s.Errors)
 			}
 		}
 		md.WriteString("\n")

@@ -18,8 +18,10 @@ type sink struct {
 	mu     sync.Mutex
 	ops    []time.Duration
 	writes []time.Duration
-	// byVerb are writes per HTTP method: a create (POST, whose owner the
-	// webhook reads) and a delete (which reads none) are told apart.
+	// byVerb are writes per HTTP method and resource ("POST
+	// ciliumnetworkpolicies"): a create (whose owner the webhook reads), a
+	// delete (which reads none) and the claim a host creates first are told
+	// apart.
 	byVerb   map[string][]time.Duration
 	errs     int
 	firstErr error
@@ -38,13 +40,13 @@ func (s *sink) op(d time.Duration, err error) {
 	s.ops = append(s.ops, d)
 }
 
-func (s *sink) write(method string, d time.Duration) {
+func (s *sink) write(verb string, d time.Duration) {
 	s.mu.Lock()
 	s.writes = append(s.writes, d)
 	if s.byVerb == nil {
 		s.byVerb = map[string][]time.Duration{}
 	}
-	s.byVerb[method] = append(s.byVerb[method], d)
+	s.byVerb[verb] = append(s.byVerb[verb], d)
 	s.mu.Unlock()
 }
 
@@ -61,10 +63,23 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := r.next.RoundTrip(req)
 	if req.Method != http.MethodGet {
 		if s := r.current.Load(); s != nil && err == nil {
-			s.write(req.Method, time.Since(start))
+			s.write(req.Method+" "+resourceOf(req.URL.Path), time.Since(start))
 		}
 	}
 	return resp, err
+}
+
+// resourceOf is the resource a namespaced request's path names
+// (.../namespaces/<ns>/<resource>[/<name>]), so that a workload's creates of
+// two kinds are told apart.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		if p == "namespaces" && i+2 < len(parts) {
+			return parts[i+2]
+		}
+	}
+	return parts[len(parts)-1]
 }
 
 // percentile is the nearest-rank percentile of sorted durations.

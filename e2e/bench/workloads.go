@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -30,6 +31,9 @@ type workload struct {
 	// Requests describes one operation on the wire.
 	Requests string
 	op       func(ctx context.Context, i int) error
+	// refusable: an enforcer may refuse an operation of it (a peer that
+	// has not yet seen a new owner); a refusal is counted, not fatal.
+	refusable bool
 }
 
 // hostClients are the host's clients for the whole run: one process, one
@@ -38,6 +42,7 @@ type workload struct {
 type hostClients struct {
 	fence *fence.Client
 	kube  kubernetes.Interface
+	dyn   dynamic.Interface
 	rec   *recorder
 }
 
@@ -54,7 +59,7 @@ func newHostClients(env *framework.Env) (*hostClients, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &hostClients{fence: fence.NewClient(dyn, fence.Options{}), kube: kc, rec: rec}, nil
+	return &hostClients{fence: fence.NewClient(dyn, fence.Options{}), kube: kc, dyn: dyn, rec: rec}, nil
 }
 
 // fixtures are the objects each worker owns.
@@ -150,6 +155,24 @@ func workloads(hc *hostClients, f *fixtures) []workload {
 		Requests: "ApplyEgress (POST + read-back GET) then RemoveEgress (DELETE)",
 		op: func(ctx context.Context, i int) error {
 			owner := f.claims[i]
+			if _, err := hc.fence.ApplyEgress(ctx, fence.PolicyInput{Owner: owner, Namespace: f.ns, Hosts: egressHosts}); err != nil {
+				return err
+			}
+			return hc.fence.RemoveEgress(ctx, f.ns, owner.UID)
+		},
+	}, {
+		Name:      "claim+cnp",
+		Requests:  "the host's own flow: a new SandboxClaim (POST), its ApplyEgress (POST + read-back GET), RemoveEgress (DELETE), the claim's DELETE",
+		refusable: true,
+		op: func(ctx context.Context, i int) (err error) {
+			name := fmt.Sprintf("bench-new-%02d-%d", i, f.next(i))
+			claims := hc.dyn.Resource(framework.ClaimGVR).Namespace(f.ns)
+			c, err := claims.Create(ctx, framework.MakeClaim(f.ns, name).PodLabel(fence.DefaultPerSandboxLabelKey, name).Obj(), metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, claims.Delete(ctx, name, metav1.DeleteOptions{})) }()
+			owner := fence.PolicyOwner{Kind: "SandboxClaim", Name: name, UID: string(c.GetUID())}
 			if _, err := hc.fence.ApplyEgress(ctx, fence.PolicyInput{Owner: owner, Namespace: f.ns, Hosts: egressHosts}); err != nil {
 				return err
 			}
