@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
-	"github.com/sandbox-fence/sandbox-fence/internal/webhook"
 )
 
 // The apiserver's own histograms for our enforcers (every admission
@@ -26,8 +25,12 @@ const (
 	// evaluation error (k8s.io/apiserver validating/dispatcher.go).
 	pluginMetric = "apiserver_admission_controller_admission_duration_seconds"
 	// lookupMetric is our webhook's own: each owner read, by source (cache,
-	// live) and result, scraped from the webhook around every cell.
-	lookupMetric = webhook.LookupSecondsMetric
+	// live) and result, scraped from the webhook around every cell. It is
+	// internal/webhook.LookupSecondsMetric, written out: importing that
+	// package would compile controller-runtime's webhook dependencies into
+	// this module at other versions than the root's
+	// (TestNestedModulesCompileTheRootsVersions).
+	lookupMetric = "sandbox_fence_webhook_owner_lookup_duration_seconds"
 )
 
 // families are the histograms kept from a scrape.
