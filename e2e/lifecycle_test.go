@@ -372,11 +372,15 @@ func (l *lifecycle) reports(ctx context.Context, image string) {
 	if got := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image; got != image {
 		l.t.Errorf("CronJob %s runs %s, want the release's %s", cronJob, got, image)
 	}
-	l.t.Cleanup(func() {
+	// No report before the job, none after the case: the one read back is
+	// the job's.
+	deleteReports := func() {
 		if out, err := kubectlAs(l.t, env.Admin, nil, "delete", "reports,clusterreports", "-A", "-l", "app.kubernetes.io/managed-by="+fencectl.ReportManagedBy); err != nil {
 			l.t.Errorf("delete the policy reports: %v\n%s", err, out)
 		}
-	})
+	}
+	deleteReports()
+	l.t.Cleanup(deleteReports)
 	start := time.Now()
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: cronJob + "-now", Namespace: ns,

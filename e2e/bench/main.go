@@ -309,11 +309,12 @@ func run(ctx context.Context, o options) (err error) {
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
-					if s.errs > 0 && w.refusable {
-						logf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %v", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
-					}
-					if s.errs > 0 && !w.refusable {
-						return fmt.Errorf("round %d, %s/%s/%d clients: %d of %d operations failed; first: %w", r, c.Name, w.Name, n, s.errs, s.errs+len(s.ops), s.firstErr)
+					if s.errs > 0 {
+						err := fmt.Errorf("round %d, %s/%s/%s clients: %d of %d operations failed; first: %w", r, c.Name, w.Name, clientsLabel(n), s.errs, s.errs+len(s.ops), s.firstErr)
+						if !w.refusable {
+							return err
+						}
+						logf("%v", err)
 					}
 					if warm && o.open > 0 {
 						// The open loop's rate: a fraction of the slowest
@@ -398,7 +399,7 @@ func run(ctx context.Context, o options) (err error) {
 		fmt.Fprintf(&md, " %.2f of the slowest configuration's best closed-loop throughput in the warm-up round.\n\n", o.open)
 	}
 	md.WriteString(pairedReport(wls, paired, configs, results, key))
-	md.WriteString(ownerReadTable(wls, o.concurrency, configs, results, key))
+	md.WriteString(ownerReadTable(wls, paired, configs, results, key))
 	fmt.Fprintf(&md, "Configuration switches and load average (1, 5, 15 min) around each block of %d cells:\n\n", len(wls)*len(o.concurrency))
 	md.WriteString("| round | config | switch observed after | load before | load after |\n|---|---|---:|---|---|\n")
 	md.WriteString(strings.Join(loads, "\n") + "\n\n")

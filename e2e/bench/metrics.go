@@ -33,8 +33,12 @@ const (
 	lookupMetric = "sandbox_fence_webhook_owner_lookup_duration_seconds"
 )
 
-// families are the histograms kept from a scrape.
-var families = []string{vapMetric, webhookMetric, pluginMetric, lookupMetric}
+// apiserverFamilies are the apiserver's histograms metricsTable prints.
+var apiserverFamilies = []string{vapMetric, webhookMetric, pluginMetric}
+
+// families are the histograms kept from a scrape, the apiserver's or our
+// webhook's.
+var families = append(slices.Clone(apiserverFamilies), lookupMetric)
 
 // histogram is one Prometheus histogram series aggregated over the labels
 // we do not group by.
@@ -74,7 +78,7 @@ func groupKey(family string, labels map[string]string) string {
 	return ""
 }
 
-// parseMetrics reads the Prometheus text format, keeping the two families.
+// parseMetrics reads the Prometheus text format, keeping families.
 // It is a small reader on purpose: only histogram lines of two known
 // families are needed.
 func parseMetrics(raw []byte) scrape {
@@ -212,27 +216,35 @@ func (s scrape) add(d scrape) {
 // only restate the bucket bounds.
 func metricsTable(perConfig map[string]scrape, order []string) string {
 	var b strings.Builder
-	for _, fam := range families {
+	for _, fam := range apiserverFamilies {
 		fmt.Fprintf(&b, "`%s`:\n\n", fam)
 		b.WriteString("| config | series | count | mean (ms) | cumulative buckets (le seconds: count) |\n|---|---|---:|---:|---|\n")
 		for _, c := range order {
-			s := perConfig[c]
-			keys := make([]string, 0, len(s[fam]))
-			for k := range s[fam] {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			if len(keys) == 0 {
+			if histogramRows(&b, c, perConfig[c][fam]) == 0 {
 				fmt.Fprintf(&b, "| %s | (no samples) | 0 | | |\n", c)
-			}
-			for _, k := range keys {
-				h := s[fam][k]
-				fmt.Fprintf(&b, "| %s | %s | %.0f | %.3f | %s |\n", c, k, h.count, 1000*h.sum/h.count, h.bucketString())
 			}
 		}
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// histogramRows writes a Markdown row per series of groups that has
+// samples, in name order, after the cells of prefix: its key, count, mean
+// and cumulative buckets. It returns how many it wrote.
+func histogramRows(b *strings.Builder, prefix string, groups map[string]*histogram) int {
+	keys := make([]string, 0, len(groups))
+	for k, h := range groups {
+		if h.count > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		h := groups[k]
+		fmt.Fprintf(b, "| %s | %s | %.0f | %.3f | %s |\n", prefix, k, h.count, 1000*h.sum/h.count, h.bucketString())
+	}
+	return len(keys)
 }
 
 // bucketString lists the cumulative counts up to the first bucket holding
@@ -297,18 +309,7 @@ func ownerReadTable(wls []workload, conc []int, configs []config, results map[st
 				for _, cell := range results[key(c.Name, w.Name, n)] {
 					sum.add(cell.owner)
 				}
-				keys := make([]string, 0, len(sum[lookupMetric]))
-				for k := range sum[lookupMetric] {
-					keys = append(keys, k)
-				}
-				slices.Sort(keys)
-				for _, k := range keys {
-					h := sum[lookupMetric][k]
-					if h.count == 0 {
-						continue
-					}
-					fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %.3f | %s |\n", c.Name, w.Name, n, k, h.count, 1000*h.sum/h.count, h.bucketString())
-				}
+				histogramRows(&b, c.Name+" | "+w.Name+" | "+clientsLabel(n), sum[lookupMetric])
 			}
 		}
 	}

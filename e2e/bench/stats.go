@@ -163,12 +163,12 @@ func pairedReport(wls []workload, conc []int, configs []config, results map[stri
 		for _, w := range wls {
 			for _, n := range conc {
 				a, o := results[key(p[0], w.Name, n)], results[key(p[1], w.Name, n)]
-				clients, vs := fmt.Sprint(n), verbs(a)
+				vs := verbs(a)
 				if n == openLoop {
-					clients, vs = "open", []string{opFromSchedule}
+					vs = []string{opFromSchedule}
 				}
 				for _, verb := range vs {
-					fmt.Fprintf(&b, "| %s | %s | %s |", w.Name, clients, verb)
+					fmt.Fprintf(&b, "| %s | %s | %s |", w.Name, clientsLabel(n), verb)
 					var verdicts []string
 					for i, pct := range []float64{50, 99} {
 						d := pairedDiffs(a, o, verb, pct)
@@ -199,6 +199,14 @@ func pairedReport(wls []workload, conc []int, configs []config, results map[stri
 
 // openLoop is the clients value of an open-loop cell (runOpenWindow).
 const openLoop = 0
+
+// clientsLabel is a cell's clients column: the count, or "open".
+func clientsLabel(n int) string {
+	if n == openLoop {
+		return "open"
+	}
+	return fmt.Sprint(n)
+}
 
 // opFromSchedule is the "verb" of an open-loop cell: the whole operation,
 // timed from its scheduled send.

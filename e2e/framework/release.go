@@ -90,34 +90,37 @@ func BuildRelease(ctx context.Context, repoRoot, version, imageRepo, out string,
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" {
-			continue
-		}
-		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		for _, c := range cs {
-			if img, _ := c.(map[string]any)["image"].(string); strings.HasPrefix(img, imageRepo+"@sha256:") {
-				r.Image = img
-			}
-		}
-	}
-	if r.Image == "" {
-		return nil, fmt.Errorf("release %s: install.yaml has no Deployment whose image is %s@sha256:...", version, imageRepo)
-	}
 	reports, err := ReadYAMLFile(filepath.Join(out, "policyreports.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range reports {
-		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "jobTemplate", "spec", "template", "spec", "containers")
-		for _, c := range cs {
-			r.ReportsImage, _ = c.(map[string]any)["image"].(string)
-		}
-	}
-	if !strings.HasPrefix(r.ReportsImage, ReportsRepository(imageRepo)+"@sha256:") {
-		return nil, fmt.Errorf("release %s: policyreports.yaml runs %q, want %s@sha256:...", version, r.ReportsImage, ReportsRepository(imageRepo))
+	r.Image = pinnedImage(objs, "Deployment", imageRepo, "spec", "template", "spec", "containers")
+	r.ReportsImage = pinnedImage(reports, "CronJob", ReportsRepository(imageRepo), "spec", "jobTemplate", "spec", "template", "spec", "containers")
+	switch {
+	case r.Image == "":
+		return nil, fmt.Errorf("release %s: install.yaml has no Deployment whose image is %s@sha256:...", version, imageRepo)
+	case r.ReportsImage == "":
+		return nil, fmt.Errorf("release %s: policyreports.yaml has no CronJob whose image is %s@sha256:...", version, ReportsRepository(imageRepo))
 	}
 	return r, nil
+}
+
+// pinnedImage is the image of repo, pinned by digest, that a container at
+// containers (a pod template's) of an object of kind among objs runs; ""
+// if none does.
+func pinnedImage(objs []*unstructured.Unstructured, kind, repo string, containers ...string) string {
+	for _, o := range objs {
+		if o.GetKind() != kind {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, containers...)
+		for _, c := range cs {
+			if img, _ := c.(map[string]any)["image"].(string); strings.HasPrefix(img, repo+"@sha256:") {
+				return img
+			}
+		}
+	}
+	return ""
 }
 
 // Registry is an OCI registry served over plain HTTP on every interface of

@@ -71,6 +71,13 @@ const (
 	valuePH              = "SF_CHART_VALUE_" // + the value's path: the field is .Values.<path> as YAML
 )
 
+// devImage and devReportsImage are the images config/ names (the
+// webhook's, kubectl fence's for the policy reports).
+const (
+	devImage        = "sandbox-fence/webhook"
+	devReportsImage = "sandbox-fence/kubectl-fence"
+)
+
 // podValues are the webhook pod's fields an admin overrides free-form,
 // values key → field of the pod spec; the default is config/'s.
 var podValues = []struct{ key, field string }{
@@ -198,8 +205,8 @@ func Generate(configDir, chartVersion, image, reportsImage string) (map[string][
 		return nil, fmt.Errorf("-version %q: want SemVer without v, e.g. 0.1.0", chartVersion)
 	}
 	images := []map[string]string{
-		{"name": "sandbox-fence/webhook", "newName": imageSentinel, "newTag": imageTagSentinel},
-		{"name": "sandbox-fence/kubectl-fence", "newName": reportsImageSentinel, "newTag": reportsTagSentinel},
+		{"name": devImage, "newName": imageSentinel, "newTag": imageTagSentinel},
+		{"name": devReportsImage, "newName": reportsImageSentinel, "newTag": reportsTagSentinel},
 	}
 	var objects []*object
 	byKey := map[string]*object{}
@@ -297,11 +304,11 @@ func Generate(configDir, chartVersion, image, reportsImage string) (map[string][
 		}
 	}
 
-	repo, tag, digest, err := imageValues("-image", image, "sandbox-fence/webhook", chartVersion)
+	repo, tag, digest, err := imageValues("-image", image, devImage, chartVersion)
 	if err != nil {
 		return nil, err
 	}
-	rrepo, rtag, rdigest, err := imageValues("-reports-image", reportsImage, "sandbox-fence/kubectl-fence", chartVersion)
+	rrepo, rtag, rdigest, err := imageValues("-reports-image", reportsImage, devReportsImage, chartVersion)
 	if err != nil {
 		return nil, err
 	}
