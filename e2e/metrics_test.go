@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,6 +110,32 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 		if got := framework.MetricSum(body, webhook.EnforcementMetric, `mode="deny"`); got != 1 {
 			t.Errorf(`replica %s: %s{mode="deny"} = %v, want 1`, replicas[i].Replica, webhook.EnforcementMetric, got)
 		}
+	}
+
+	// Owners are read from the cache (--owner-cache-first, the default): no
+	// read above found the owner watches stale (webhook.WatchHealth), and a
+	// write for a claim the informers have seen reads nothing live.
+	lookups := func(bodies []string, labels ...string) float64 {
+		var sum float64
+		for _, body := range bodies {
+			sum += framework.MetricSum(body, webhook.LookupSecondsMetric+"_count", labels...)
+		}
+		return sum
+	}
+	if got := lookups(after, `result="stale"`) - lookups(before, `result="stale"`); got != 0 {
+		t.Errorf(`%s_count{result="stale"} grew by %v while the webhook ran: its owner watches were not current`, webhook.LookupSecondsMetric, got)
+	}
+	cached := perSandboxPolicy(t, env.HostNamespace, "SandboxClaim", hostClaim(t))
+	err = framework.Eventually(ctx, 30*time.Second, 100*time.Millisecond, "a write whose owner the cache answers alone", func(ctx context.Context) (bool, string, error) {
+		live := lookups(scrape(), `source="live"`)
+		if _, err := env.Host.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Create(ctx, cached, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			return false, "", err
+		}
+		live = lookups(scrape(), `source="live"`) - live
+		return live == 0, fmt.Sprintf("live owner reads of the write: %v", live), nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// One known policy denial, counted by the API server.

@@ -116,6 +116,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 
 	claim, sandbox := ownerObject(admit.ClaimOwner), ownerObject(admit.SandboxOwner)
 	mode, _ := enforcement.Parse(o.enforcement) // validated with the flags
+	watchHealth := &webhook.WatchHealth{}
 	mgr, err := ctrl.NewManager(restConfig, manager.Options{
 		Scheme: scheme,
 		// The metrics server is added below, once its certificate exists.
@@ -153,6 +154,9 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 			// Reads of anything not registered below fail instead of
 			// silently starting a new cluster-wide informer.
 			ReaderFailOnMissingInformer: true,
+			// The owner informers' watches are observed, so that their cache
+			// admits only while it is current (webhook.WatchHealth).
+			NewInformer: watchHealth.NewInformer,
 		},
 	})
 	if err != nil {
@@ -217,7 +221,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 	srv.Register(webhook.CiliumEgressPath, enforce(&webhook.CiliumHandler{
 		Config: cfg,
 		Owners: &webhook.CachedOwners{Cache: mgr.GetCache(), Live: live, DropConnections: dropLive, Metrics: m,
-			CacheFirst: o.ownerCacheFirst, CacheWait: o.ownerCacheWait},
+			CacheFirst: o.ownerCacheFirst, CacheWait: o.ownerCacheWait, Fresh: watchHealth.Fresh},
 		Namespaces:    &webhook.CachedNamespaces{Cache: mgr.GetCache(), Live: live},
 		LookupTimeout: o.lookupTimeout,
 		Metrics:       m,

@@ -67,7 +67,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "sandbox-fence-webhook", "ValidatingWebhookConfiguration whose caBundle the rotation keeps current, and whose bound-hosts match condition the controller renders from the FenceConfig.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Run the controller that renders the FenceConfig into the policies and the webhook configuration on the elected leader only (Lease sandbox-fence-render in --namespace); the webhook serves on every replica either way.")
 	fs.DurationVar(&o.lookupTimeout, "lookup-timeout", webhook.DefaultLookupTimeout, "Upper bound on the reads of one admission request (FenceConfig, owner); keep it below the webhook's timeoutSeconds.")
-	fs.BoolVar(&o.ownerCacheFirst, "owner-cache-first", false, "Admit on the informer's copy of an owner when it has the policy's uid and pod label and no deletionTimestamp, instead of reading every admitted owner live (docs/webhook.md, Caching, says what this trades).")
+	fs.BoolVar(&o.ownerCacheFirst, "owner-cache-first", true, "Admit on the informer's copy of an owner when it has the policy's uid and pod label and no deletionTimestamp and the informer's watch is current; false reads every admitted owner live (docs/webhook.md, Caching, says what this trades).")
 	fs.DurationVar(&o.ownerCacheWait, "owner-cache-wait", webhook.DefaultCacheWait, "With --owner-cache-first, how long a cache miss waits for the informer before the live read.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info or error.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to let in-flight requests finish on SIGTERM.")

@@ -42,8 +42,8 @@ type Local struct {
 	// the bench turns profiling on with them.
 	ExtraAPIServerArgs []string
 	// ExtraWebhookArgs are appended to the webhook's command line
-	// ($E2E_WEBHOOK_ARGS): the suite runs against an option that is off by
-	// default, e.g. --owner-cache-first.
+	// ($E2E_WEBHOOK_ARGS): the suite runs against an option that is not the
+	// default, e.g. --owner-cache-first=false.
 	ExtraWebhookArgs []string
 	// Enforcer is "" for the shipped bundle, or a peer engine
 	// (framework.EnvEnforcer) that replaces its bindings and webhook.

@@ -164,10 +164,12 @@ func TestCiliumHandler(t *testing.T) {
 		// answers not found cacheMisses times first.
 		cacheFirst  bool
 		cacheMisses int
-		req         admission.Request
-		want        verdict
-		wantLive    int
-		wantMetric  string
+		// stale makes CachedOwners.Fresh say the owner watch is not current.
+		stale      bool
+		req        admission.Request
+		want       verdict
+		wantLive   int
+		wantMetric string
 	}{{
 		name:       "the host's policy whose claim is in the cache and live is admitted after a live read",
 		config:     cfg,
@@ -240,6 +242,21 @@ func TestCiliumHandler(t *testing.T) {
 		req:        create,
 		want:       admitted,
 		wantMetric: webhook.VerdictAllowed,
+	}, {
+		// The watch broke (or went silent): the cached copy may miss a
+		// deletion, so the live read decides.
+		name:       "with cache-first, a cached owner whose watch is not current is read live, which shows it deleting",
+		config:     cfg,
+		cache:      []client.Object{claim},
+		live:       []client.Object{tst.MakeClaim("a").Deleting().Obj()},
+		cacheFirst: true, stale: true,
+		req:      create,
+		wantLive: 1,
+		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
+			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
+				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:       "with cache-first, an owner the informer sees within the wait admits without a live read",
 		config:     cfg,
@@ -476,7 +493,13 @@ func TestCiliumHandler(t *testing.T) {
 			h := &webhook.CiliumHandler{
 				Config: webhook.ConfigSource{Reader: cache, Live: liveReader, Name: fencev1alpha1.DefaultConfigName},
 				Owners: &webhook.CachedOwners{Live: liveReader, Metrics: m, CacheFirst: tc.cacheFirst,
-					Cache: &failingReader{Reader: cache, err: notCached, failures: tc.cacheMisses}},
+					Cache: &failingReader{Reader: cache, err: notCached, failures: tc.cacheMisses},
+					Fresh: func(kind string) error {
+						if tc.stale {
+							return errors.New("the " + kind + " watch is not open")
+						}
+						return nil
+					}},
 				Namespaces:    &webhook.CachedNamespaces{Cache: cache, Live: liveReader},
 				LookupTimeout: 100 * time.Millisecond,
 				Metrics:       m,

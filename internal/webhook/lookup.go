@@ -48,6 +48,10 @@ type CachedOwners struct {
 	CacheFirst bool
 	// CacheWait bounds that wait; 0 means DefaultCacheWait.
 	CacheWait time.Duration
+	// Fresh, when set, tells whether the cache of an owner kind is current
+	// enough for CacheFirst (WatchHealth.Fresh). While it is not, owners are
+	// read live as without CacheFirst, without the wait.
+	Fresh func(kind string) error
 }
 
 // DefaultCacheWait is how long a CacheFirst lookup waits for the informer
@@ -67,14 +71,13 @@ func newOwnerObject(k admit.OwnerKind) *unstructured.Unstructured {
 	return u
 }
 
-// GetOwner implements admit.OwnerLookup. By default the cache answers only
-// what it cannot get wrong: an owner with this uid that is already being
-// deleted (a deletion never reverses), which the rule refuses. Anything the
-// rule would admit is read live: the cache lags the API server, and an
-// owner whose deletion began a moment ago must not be trusted from a stale
-// copy. With CacheFirst a copy that vouches for the owner admits as well. A
-// miss, a cache error or another uid (an owner recreated under the same
-// name) is read live.
+// GetOwner implements admit.OwnerLookup. Without CacheFirst the cache
+// answers only what it cannot get wrong: an owner with this uid that is
+// already being deleted (a deletion never reverses), which the rule
+// refuses. Anything the rule would admit is read live. With CacheFirst (the
+// binary's default) a copy that vouches for the owner admits as well, while
+// Fresh says the cache is current. A miss, a cache error or another uid (an
+// owner recreated under the same name) is read live.
 func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespace, name string, want admit.Expected) (*unstructured.Unstructured, error) {
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if u, err := l.fromCache(ctx, k, key, want); err == nil {
@@ -99,8 +102,15 @@ func (l *CachedOwners) GetOwner(ctx context.Context, k admit.OwnerKind, namespac
 // other answer is an error (the cache's, or errCannotVouch), and the caller
 // reads live.
 func (l *CachedOwners) fromCache(ctx context.Context, k admit.OwnerKind, key types.NamespacedName, want admit.Expected) (*unstructured.Unstructured, error) {
+	cacheFirst, stale := l.CacheFirst, false
+	if cacheFirst && l.Fresh != nil {
+		if err := l.Fresh(k.GVK.Kind); err != nil {
+			cacheFirst, stale = false, true
+			logf.FromContext(ctx).V(1).Info("owner cache not current; reading the owner live", "reason", err.Error())
+		}
+	}
 	wait := time.Duration(0)
-	if l.CacheFirst {
+	if cacheFirst {
 		wait = cmp.Or(l.CacheWait, DefaultCacheWait)
 	}
 	start := time.Now()
@@ -108,13 +118,17 @@ func (l *CachedOwners) fromCache(ctx context.Context, k admit.OwnerKind, key typ
 		u := newOwnerObject(k)
 		err := l.Cache.Get(ctx, key, u)
 		if err == nil && u.GetUID() == want.UID &&
-			(u.GetDeletionTimestamp() != nil || l.CacheFirst && vouches(k, u, want)) {
+			(u.GetDeletionTimestamp() != nil || cacheFirst && vouches(k, u, want)) {
 			l.Metrics.lookup(k.GVK.Kind, "cache", "found", time.Since(start))
 			u.SetGroupVersionKind(k.GVK)
 			return u, nil
 		}
 		if time.Since(start)+cachePoll > wait || ctx.Err() != nil {
-			l.Metrics.lookup(k.GVK.Kind, "cache", lookupResult(err), time.Since(start))
+			result := lookupResult(err)
+			if stale {
+				result = "stale"
+			}
+			l.Metrics.lookup(k.GVK.Kind, "cache", result, time.Since(start))
 			if err == nil {
 				err = errCannotVouch
 			}

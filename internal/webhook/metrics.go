@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"rule", "verdict", "namespace"}),
 		lookupSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    LookupSecondsMetric,
-			Help:    "Latency of owner lookups by kind, source (cache, live) and result (found, not_found, error).",
+			Help:    "Latency of owner lookups by kind, source (cache, live) and result (found, not_found, error; stale: the cache was not current, see docs/webhook.md Caching).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"kind", "source", "result"}),
 	}
