@@ -31,8 +31,8 @@ type config struct {
 	Webhook bool
 	// Peer is the engine enforcing the fence instead ("" for none).
 	Peer string
-	// CacheFirst runs the webhook with --owner-cache-first.
-	CacheFirst bool
+	// LiveRead runs the webhook with --owner-cache-first=false.
+	LiveRead bool
 }
 
 var shippedConfigs = []config{
@@ -45,20 +45,19 @@ var shippedConfigs = []config{
 const ours = "vaps+webhook"
 
 // The optional configurations, each measured against a partner of the same
-// run (pairs): the webhook with --owner-cache-first against the shipped
-// one, and a second no-fence configuration against none, an A/A control
+// run (pairs): the shipped webhook against one with --owner-cache-first=false, and a second no-fence configuration against none, an A/A control
 // whose interval must include 0.
 var (
-	cachedConfig = config{Name: "vaps+webhook-cached", VAPs: true, Webhook: true, CacheFirst: true}
-	aaConfig     = config{Name: "none-aa"}
+	liveConfig = config{Name: "vaps+webhook-live", VAPs: true, Webhook: true, LiveRead: true}
+	aaConfig   = config{Name: "none-aa"}
 )
 
 // configsFor returns the configurations of a run: the shipped ones, the
 // optional ones, the peers last.
-func configsFor(withPeers, cacheFirst, aa bool) []config {
+func configsFor(withPeers, liveRead, aa bool) []config {
 	cs := slices.Clone(shippedConfigs)
-	if cacheFirst {
-		cs = append(cs, cachedConfig)
+	if liveRead {
+		cs = append(cs, liveConfig)
 	}
 	if aa {
 		cs = append(cs, aaConfig)
@@ -81,10 +80,10 @@ type switcher struct {
 	enabled  map[string]bool
 	probes   []probe
 	logf     framework.Logf
-	// restartWebhook restarts the webhook with one flag changed; cacheFirst
-	// is the running webhook's --owner-cache-first.
+	// restartWebhook restarts the webhook with one flag changed; liveRead
+	// is the running webhook's --owner-cache-first=false.
 	restartWebhook func(ctx context.Context, flag string) error
-	cacheFirst     bool
+	liveRead       bool
 }
 
 // probe is a dry-run write that one enforcer denies. want returns the
@@ -218,11 +217,11 @@ func (s *switcher) install(ctx context.Context, c config) (time.Duration, error)
 			return 0, fmt.Errorf("config %s: binding %s: %w", c.Name, b.Name, err)
 		}
 	}
-	if c.Webhook && c.CacheFirst != s.cacheFirst {
-		if err := s.restartWebhook(ctx, fmt.Sprintf("--owner-cache-first=%t", c.CacheFirst)); err != nil {
+	if c.Webhook && c.LiveRead != s.liveRead {
+		if err := s.restartWebhook(ctx, fmt.Sprintf("--owner-cache-first=%t", !c.LiveRead)); err != nil {
 			return 0, fmt.Errorf("config %s: %w", c.Name, err)
 		}
-		s.cacheFirst = c.CacheFirst
+		s.liveRead = c.LiveRead
 	}
 	var err error
 	if c.Webhook {

@@ -53,10 +53,10 @@ type options struct {
 	waitLoadMax time.Duration
 	// peers adds the kyverno and gatekeeper configurations.
 	peers bool
-	// cacheFirst and aa add the optional configurations (configs.go).
-	cacheFirst, aa bool
-	seed           uint64
-	open           float64
+	// liveRead and aa add the optional configurations (configs.go).
+	liveRead, aa bool
+	seed         uint64
+	open         float64
 	// profileDir receives CPU profiles of the apiserver (cnp, 1 client).
 	profileDir string
 	profileFor time.Duration
@@ -81,7 +81,7 @@ func main() {
 	flag.Float64Var(&o.waitLoad, "wait-load", 0, "before starting, poll the 1-minute load average until it is below this (0: do not wait)")
 	flag.DurationVar(&o.waitLoadMax, "wait-load-max", 10*time.Minute, "give up waiting for a low load after this long and run anyway (the load is reported)")
 	flag.BoolVar(&o.peers, "peers", false, "also measure Kyverno and Gatekeeper enforcing the same fence (built by hack/peers/build.sh; e2e/peers)")
-	flag.BoolVar(&o.cacheFirst, "cache-first", false, "also measure the webhook with --owner-cache-first, against the shipped webhook, with a 95% interval per cell")
+	flag.BoolVar(&o.liveRead, "live-read", false, "also measure the webhook with --owner-cache-first=false, against the shipped webhook, with a 95% interval per cell")
 	flag.BoolVar(&o.aa, "aa", false, "also measure a second no-fence configuration against none (an A/A control: its interval must include 0)")
 	flag.StringVar(&o.profileDir, "apiserver-profile", "", "after the rounds, profile the apiserver's CPU under the cnp workload at 1 client in every configuration, into this directory")
 	flag.DurationVar(&o.profileFor, "profile-for", 10*time.Second, "length of each apiserver profile")
@@ -177,7 +177,7 @@ func run(ctx context.Context, o options) (err error) {
 	if !env.WebhookInstalled {
 		return errors.New("the local webhook is not installed: the vaps+webhook configuration cannot be measured")
 	}
-	configs := configsFor(o.peers, o.cacheFirst, o.aa)
+	configs := configsFor(o.peers, o.liveRead, o.aa)
 	engines := map[string]*peers.Engine{}
 	if o.peers {
 		for _, n := range peers.Names {

@@ -57,11 +57,11 @@ func TestPairedReportJudgesOnlyAShiftTheIntervalResolves(t *testing.T) {
 		noisy[i] = v + []float64{-1, 1}[i%2]
 	}
 	results := map[string][]*cellResult{
-		key(ours, "shift", 1): cells(ours, base...), key(cachedConfig.Name, "shift", 1): cells(cachedConfig.Name, shifted...),
-		key(ours, "noise", 1): cells(ours, base...), key(cachedConfig.Name, "noise", 1): cells(cachedConfig.Name, noisy...),
+		key(ours, "shift", 1): cells(ours, shifted...), key(liveConfig.Name, "shift", 1): cells(liveConfig.Name, base...),
+		key(ours, "noise", 1): cells(ours, base...), key(liveConfig.Name, "noise", 1): cells(liveConfig.Name, noisy...),
 	}
 	report := pairedReport([]workload{{Name: "shift"}, {Name: "noise"}}, []int{1}, configsFor(false, true, false), results, key)
-	for _, want := range []string{"| shift | 1 | POST | 10 | -1.09 | [", "] | p50: vaps+webhook-cached faster; p99: vaps+webhook-cached faster |",
+	for _, want := range []string{"| shift | 1 | POST | 10 | -1.09 | [", "] | p50: vaps+webhook faster; p99: vaps+webhook faster |",
 		"| noise | 1 | POST | 10 | +0.00 | [", "] | p50: no difference resolved; p99: no difference resolved |"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)

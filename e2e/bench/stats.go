@@ -141,7 +141,7 @@ func spread(v []float64) string {
 // pairs are the comparisons pairedReport makes when both configurations
 // ran: the owner read's two modes, the A/A control, the VAPs against no
 // fence, and ours against each peer.
-var pairs = [][2]string{{cachedConfig.Name, ours}, {aaConfig.Name, "none"}, {"vaps", "none"}, {ours, "kyverno"}, {ours, "gatekeeper"}}
+var pairs = [][2]string{{ours, liveConfig.Name}, {aaConfig.Name, "none"}, {"vaps", "none"}, {ours, "kyverno"}, {ours, "gatekeeper"}}
 
 // pairedReport compares each pair of configurations cell by cell, verb by
 // verb, round by round: the difference of their write p50 and p99 in the
