@@ -219,7 +219,7 @@ func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
 		t.Cleanup(restore)
 		const shared = "is listed for more than one host"
 		probe := hostsPolicy.DeepCopy()
-		if err := env.WaitDenied(ctx, framework.Marker{Name: "shared namespace rendered", As: env.Host, Obj: probe, Want: shared}, time.Minute); err != nil {
+		if err := env.WaitDenied(ctx, framework.Marker{Name: "shared namespace rendered", As: env.Host, Obj: probe, Want: shared}, renderWait()); err != nil {
 			t.Fatal(err)
 		}
 		err := grantOtherHostTheHostsRole(t, probe)
@@ -241,7 +241,7 @@ func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
 		t.Cleanup(restore)
 		const shared = "is bound to more than one host"
 		probe := hostsPolicy.DeepCopy()
-		if err := env.WaitDenied(ctx, framework.Marker{Name: "selected namespace rendered", As: env.Host, Obj: probe, Want: shared}, time.Minute); err != nil {
+		if err := env.WaitDenied(ctx, framework.Marker{Name: "selected namespace rendered", As: env.Host, Obj: probe, Want: shared}, renderWait()); err != nil {
 			t.Fatal(err)
 		}
 		err := grantOtherHostTheHostsRole(t, probe)
@@ -258,7 +258,7 @@ func TestNoHostReachesAnotherHostsSandboxes(t *testing.T) {
 		t.Cleanup(restore)
 		world := operatorPolicy(ns)
 		if err := env.WaitDenied(ctx, framework.Marker{Name: "listed namespace rendered", As: env.Host, Obj: world,
-			Want: "lacks the label fence.sandbox.namzu.ai/enabled=true"}, time.Minute); err != nil {
+			Want: "lacks the label fence.sandbox.namzu.ai/enabled=true"}, renderWait()); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -262,7 +262,7 @@ func removeFenceConfig(t *testing.T) {
 			return
 		}
 		for _, m := range ms {
-			if err := env.WaitDenied(ctx, m, time.Minute); err != nil {
+			if err := env.WaitDenied(ctx, m, renderWait()); err != nil {
 				t.Errorf("after restoring the FenceConfig: %v", err)
 			}
 		}
@@ -272,7 +272,7 @@ func removeFenceConfig(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		if err := env.WaitAdmitted(ctx, framework.Marker{Name: "webhook reads the FenceConfig again", As: env.Host, Obj: valid}, time.Minute); err != nil {
+		if err := env.WaitAdmitted(ctx, framework.Marker{Name: "webhook reads the FenceConfig again", As: env.Host, Obj: valid}, renderWait()); err != nil {
 			t.Errorf("after restoring the FenceConfig: %v", err)
 		}
 	})
@@ -287,10 +287,10 @@ func removeFenceConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cnp.SetName("marker-without-prefix")
-	if err := env.WaitDenied(ctx, framework.Marker{Name: "egress policy without configuration", As: env.Host, Obj: cnp, Want: missingConfig}, time.Minute); err != nil {
+	if err := env.WaitDenied(ctx, framework.Marker{Name: "egress policy without configuration", As: env.Host, Obj: cnp, Want: missingConfig}, renderWait()); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.WaitAdmitted(ctx, framework.Marker{Name: "policy without configuration, operator", As: env.Operator, Obj: operatorPolicy(env.HostNamespace)}, time.Minute); err != nil {
+	if err := env.WaitAdmitted(ctx, framework.Marker{Name: "policy without configuration, operator", As: env.Operator, Obj: operatorPolicy(env.HostNamespace)}, renderWait()); err != nil {
 		t.Fatal(err)
 	}
 }

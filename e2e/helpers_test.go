@@ -244,3 +244,14 @@ func repoRoot(t *testing.T) string {
 	}
 	return root
 }
+
+// renderWait bounds a wait for a FenceConfig change to be rendered and
+// enforced. A peer's fence is static (e2e/bench/peers): it never reads the
+// FenceConfig, so such a wait settles at once or never, and waiting a
+// minute for it only doubled each peer's run of the suite.
+func renderWait() time.Duration {
+	if env.Peer != nil {
+		return 10 * time.Second
+	}
+	return time.Minute
+}

@@ -310,7 +310,7 @@ func TestInstallUpgradeAndUninstallAReleaseAndItsChart(t *testing.T) {
 	fenced := startLoad(t, 1, mustRefuseProbe(t, refused), fencedAdmitProbe(t))
 	fenced.waitMore(t, 5)
 	l.run(ctx, v2, upgradeRelease)
-	if err := env.WaitDenied(ctx, upgraded, time.Minute); err != nil {
+	if err := env.WaitDenied(ctx, upgraded, renderWait()); err != nil {
 		t.Fatal(err)
 	}
 	l.ready(ctx, v2.Image, false)

@@ -170,7 +170,7 @@ func restartWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.WaitAdmitted(ctx, framework.Marker{Name: "webhook back (valid owner)", As: env.Host, Obj: cnp}, time.Minute); err != nil {
+	if err := env.WaitAdmitted(ctx, framework.Marker{Name: "webhook back (valid owner)", As: env.Host, Obj: cnp}, renderWait()); err != nil {
 		t.Fatal(err)
 	}
 	ms, err := env.Markers(ctx)
@@ -179,7 +179,7 @@ func restartWebhook(t *testing.T) {
 	}
 	for _, m := range ms {
 		if m.Name == "webhook" {
-			if err := env.WaitDenied(ctx, m, time.Minute); err != nil {
+			if err := env.WaitDenied(ctx, m, renderWait()); err != nil {
 				t.Fatal(err)
 			}
 			return

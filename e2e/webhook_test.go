@@ -193,7 +193,7 @@ func TestUniqueOwnerLabelCountsASecondSandboxOfTheSameClaim(t *testing.T) {
 
 	first, second := ownedByClaim(name("adopted")), ownedByClaim(name("second"))
 	// The uniqueness check reads the webhook's cache: poll until it has both.
-	err = framework.Eventually(ctx, time.Minute, 200*time.Millisecond, "two Sandboxes of the claim refused", func(ctx context.Context) (bool, string, error) {
+	err = framework.Eventually(ctx, renderWait(), 200*time.Millisecond, "two Sandboxes of the claim refused", func(ctx context.Context) (bool, string, error) {
 		_, err := policies.Create(ctx, cnp, dryRun)
 		v := framework.VerdictOf(err)
 		return v.DeniedBy(webhookSuffix, "cilium-fence:", "Sandbox/"+first.GetName(), "Sandbox/"+second.GetName()) == nil, v.String(), nil
