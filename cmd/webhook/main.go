@@ -122,6 +122,7 @@ func run(ctx context.Context, o *options, draining *atomic.Bool, log logr.Logger
 		// The metrics server is added below, once its certificate exists.
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:  o.probeAddr,
+		PprofBindAddress:        o.pprofAddr,
 		GracefulShutdownTimeout: &o.gracefulShutdown,
 		// Owners are cached in ALL namespaces. The fenced namespaces come
 		// from the FenceConfig and change at run time, and a cache's

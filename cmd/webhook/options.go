@@ -20,6 +20,7 @@ type options struct {
 	port              int
 	bindAddress       string
 	metricsAddr       string
+	pprofAddr         string
 	probeAddr         string
 	configName        string
 	tlsMinVersion     string
@@ -56,6 +57,7 @@ func bindFlags(fs *flag.FlagSet) *options {
 	fs.IntVar(&o.port, "port", 9443, "Port of the webhook's TLS listener.")
 	fs.StringVar(&o.bindAddress, "bind-address", "", "Address of the webhook's TLS listener; empty means all addresses.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `Address of the Prometheus metrics endpoint; "0" turns it off.`)
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", `Address of Go's /debug/pprof endpoints, plain HTTP without authentication: bind it to localhost, and only to profile; "" (the default) turns them off.`)
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS with the serving certificate of --cert-dir, and only to callers the API server authenticates and authorizes for GET /metrics; false serves plain HTTP to anyone who reaches the port.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.StringVar(&o.configName, "config-name", fencev1alpha1.DefaultConfigName, "Name of the cluster-scoped FenceConfig to read.")
