@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/bench/chart"
+	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/e2e/peers"
 	"github.com/sandbox-fence/sandbox-fence/e2e/provider"
@@ -83,7 +84,7 @@ func main() {
 	flag.BoolVar(&o.peers, "peers", false, "also measure Kyverno and Gatekeeper enforcing the same fence (built by hack/peers/build.sh; e2e/peers)")
 	flag.BoolVar(&o.liveRead, "live-read", false, "also measure the webhook with --owner-cache-first=false, against the shipped webhook, with a 95% interval per cell")
 	flag.BoolVar(&o.aa, "aa", false, "also measure a second no-fence configuration against none (an A/A control: its interval must include 0)")
-	flag.StringVar(&o.profileDir, "apiserver-profile", "", "after the rounds, profile the apiserver's CPU under the cnp workload at 1 client in every configuration, into this directory")
+	flag.StringVar(&o.profileDir, "apiserver-profile", "", "after the rounds, profile the apiserver's CPU, and the webhook's where it runs, under the cnp workload at 1 client in every configuration, into this directory")
 	flag.DurationVar(&o.profileFor, "profile-for", 10*time.Second, "length of each apiserver profile")
 	flag.Parse()
 	for _, s := range strings.Split(conc, ",") {
@@ -162,8 +163,24 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	// Every engine's webhook is called at a non-loopback address, so that
+	// the API server speaks HTTP/1.1 to each, as to a Service in a cluster.
+	webhookIP := cluster.ServiceLikeIP()
+	transport := "HTTP/1.1 (as to a Service-referenced webhook): every webhook is called at " + webhookIP.String()
+	if webhookIP == nil {
+		transport = "at 127.0.0.1, which the API server offers HTTP/2: this machine has no other address, so Gatekeeper, which answers HTTP/2, is spoken to in it"
+	}
+	logf("webhook transport: %s", transport)
+	p.WebhookIP = webhookIP
+	webhookPprof := ""
 	if o.profileDir != "" {
 		p.ExtraAPIServerArgs = []string{"--profiling=true"}
+		port, err := cluster.FreePort()
+		if err != nil {
+			return err
+		}
+		webhookPprof = fmt.Sprintf("http://127.0.0.1:%d", port)
+		p.ExtraWebhookArgs = append(p.ExtraWebhookArgs, "--pprof-bind-address="+strings.TrimPrefix(webhookPprof, "http://"))
 	}
 	env, err := p.Setup(ctx)
 	defer func() {
@@ -185,6 +202,7 @@ func run(ctx context.Context, o options) (err error) {
 			if err != nil {
 				return err
 			}
+			e.IP = webhookIP
 			if err := e.Start(ctx, env, p.CP); err != nil {
 				return err
 			}
@@ -359,7 +377,7 @@ func run(ctx context.Context, o options) (err error) {
 	loadEnd := loadavg()
 	var profiles []string
 	if o.profileDir != "" {
-		if profiles, err = profileAPIServer(ctx, o, env, sw, hc, wls, configs); err != nil {
+		if profiles, err = profileCPU(ctx, o, env, sw, hc, wls, configs, webhookPprof); err != nil {
 			return err
 		}
 	}
@@ -370,9 +388,9 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Fprintf(&md, "Load average (1, 5, 15 min): %s at start, %s at the end.\n\n", loadStart, loadEnd)
 	if o.peers {
 		for _, n := range peers.Names {
-			fmt.Fprintf(&md, "%s %s, built from the Go module proxy (hack/peers/build.sh), its fence in e2e/bench/peers/%s.\n", n, engines[n].Version(), n)
+			fmt.Fprintf(&md, "%s %s, built from the Go module proxy (hack/peers/build.sh), its fence in e2e/bench/peers/%s, run as its release's ServiceAccount and RBAC (e2e/bench/peers/%s/rbac.yaml).\n", n, engines[n].Version(), n, n)
 		}
-		md.WriteString("\n")
+		fmt.Fprintf(&md, "\nThe API server's transport to the webhooks: %s.\n\n", transport)
 		md.WriteString(costReport(wls, o.concurrency, configs, results, key, rss))
 	}
 	for _, w := range wls {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,11 +105,12 @@ func costReport(wls []workload, conc []int, configs []config, results map[string
 	return b.String()
 }
 
-// profileAPIServer, after the measured rounds, installs each configuration
-// in turn and takes a CPU profile of the apiserver while the cnp workload
-// runs at 1 client: where the apiserver's time goes per configuration
-// (BENCHMARKS.md, "where the CNP time goes").
-func profileAPIServer(ctx context.Context, o options, env *framework.Env, sw *switcher, hc *hostClients, wls []workload, configs []config) ([]string, error) {
+// profileCPU, after the measured rounds, installs each configuration in
+// turn and takes a CPU profile of the apiserver, and of the webhook where it
+// runs (from webhookPprof, its --pprof-bind-address), while the cnp
+// workload runs at 1 client: where each process's time goes per
+// configuration (BENCHMARKS.md, "where the CNP time goes").
+func profileCPU(ctx context.Context, o options, env *framework.Env, sw *switcher, hc *hostClients, wls []workload, configs []config, webhookPprof string) ([]string, error) {
 	var cnp workload
 	for _, w := range wls {
 		if w.Name == "cnp" {
@@ -124,35 +126,66 @@ func profileAPIServer(ctx context.Context, o options, env *framework.Env, sw *sw
 			return nil, err
 		}
 		secs := max(1, int(o.profileFor.Seconds()))
-		path := filepath.Join(o.profileDir, "apiserver-"+strings.ReplaceAll(c.Name, "+", "-")+"-cnp-1.pprof")
-		errc := make(chan error, 1)
-		go func() {
-			rc, err := env.Admin.Kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(secs)).Stream(ctx)
-			if err != nil {
-				errc <- err
-				return
+		profiles := map[string]func(ctx context.Context) (io.ReadCloser, error){
+			"apiserver": func(ctx context.Context) (io.ReadCloser, error) {
+				return env.Admin.Kube.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(secs)).Stream(ctx)
+			},
+		}
+		if c.Webhook && webhookPprof != "" {
+			profiles["webhook"] = func(ctx context.Context) (io.ReadCloser, error) {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", webhookPprof, secs), nil)
+				if err != nil {
+					return nil, err
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return nil, err
+				}
+				if resp.StatusCode != http.StatusOK {
+					resp.Body.Close()
+					return nil, fmt.Errorf("%s: %s", req.URL, resp.Status)
+				}
+				return resp.Body, nil
 			}
-			defer rc.Close()
-			f, err := os.Create(path)
-			if err != nil {
-				errc <- err
-				return
-			}
-			_, err = io.Copy(f, rc)
-			errc <- joinClose(err, f)
-		}()
+		}
+		errc := make(chan error, len(profiles))
+		var paths []string
+		for proc, open := range profiles {
+			path := filepath.Join(o.profileDir, proc+"-"+strings.ReplaceAll(c.Name, "+", "-")+"-cnp-1.pprof")
+			paths = append(paths, path)
+			go func() { errc <- saveProfile(ctx, path, open) }()
+		}
 		s, _ := runWindow(ctx, hc, cnp, 1, time.Duration(secs)*time.Second+500*time.Millisecond)
-		if err := <-errc; err != nil {
-			return nil, fmt.Errorf("apiserver profile for %s: %w", c.Name, err)
+		for range profiles {
+			if err := <-errc; err != nil {
+				return nil, fmt.Errorf("profile for %s: %w", c.Name, err)
+			}
 		}
 		if s.errs > 0 {
 			return nil, fmt.Errorf("profiling %s: %d operations failed: %w", c.Name, s.errs, s.firstErr)
 		}
-		logf("apiserver profile for %s: %s (%d operations)", c.Name, path, len(s.ops))
-		files = append(files, filepath.Base(path))
+		for _, path := range paths {
+			logf("CPU profile for %s: %s (%d operations)", c.Name, path, len(s.ops))
+			files = append(files, filepath.Base(path))
+		}
 	}
 	slices.Sort(files)
 	return files, nil
+}
+
+// saveProfile writes the profile open streams to path.
+func saveProfile(ctx context.Context, path string, open func(context.Context) (io.ReadCloser, error)) error {
+	rc, err := open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, rc)
+	return joinClose(err, f)
 }
 
 func joinClose(err error, f *os.File) error {

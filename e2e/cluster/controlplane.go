@@ -89,6 +89,31 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// ServiceLikeIP returns this machine's first non-loopback IPv4 address of
+// an interface that is up, or nil. kube-apiserver speaks HTTP/1.1 to a
+// webhook URL on such an address, as to a Service-referenced webhook in a
+// cluster, but offers HTTP/2 to a loopback URL (k8s.io/apiserver
+// pkg/util/webhook/client.go, hookClientConfig), so the bench calls every
+// engine's webhook on it.
+func ServiceLikeIP() net.IP {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	for _, i := range ifaces {
+		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+				return n.IP.To4()
+			}
+		}
+	}
+	return nil
+}
+
 // Start brings up etcd and kube-apiserver and waits for /readyz. The
 // controller manager is started separately (StartControllerManager) after the
 // CRDs are installed, so that its garbage collector discovers them at its

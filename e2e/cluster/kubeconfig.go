@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -16,6 +20,21 @@ import (
 // from any directory and `kubectl --context host` acts as the host.
 func (c *ControlPlane) WriteKubeconfig(path string, identities map[string]*rest.Config, current string) error {
 	return WriteKubeconfig(path, identities, current)
+}
+
+// WriteServiceAccountKubeconfig writes to path a kubeconfig for the
+// ServiceAccount ns/name, with a TokenRequest token valid for a day (longer
+// than any run): a process started with it has that ServiceAccount's RBAC,
+// as it would in a pod, not system:masters'.
+func (c *ControlPlane) WriteServiceAccountKubeconfig(ctx context.Context, kube kubernetes.Interface, ns, name, path string) error {
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: new(int64(24 * 3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("a token for the ServiceAccount %s/%s: %w", ns, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(c.AdminConfig())
+	cfg.BearerToken = tr.Status.Token
+	return WriteKubeconfig(path, map[string]*rest.Config{name: cfg}, name)
 }
 
 // WriteKubeconfig is the free-standing form, for providers without a local

@@ -2,15 +2,9 @@ package peers
 
 import (
 	"encoding/base64"
-	"fmt"
-	"net"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
-
-type netIP = net.IP
-
-var loopback = net.ParseIP("127.0.0.1")
 
 // gatekeeperWebhookConfig is Gatekeeper's validating webhook as its release
 // manifest ships it, with two changes a fence needs: failurePolicy Fail (the
@@ -21,7 +15,7 @@ var loopback = net.ParseIP("127.0.0.1")
 // peer's best case). DELETE is routed for CiliumNetworkPolicies (the
 // name-prefix rule holds on DELETE) and for claims and Sandboxes (the orphan
 // rule).
-func gatekeeperWebhookConfig(port int, caPEM []byte) *unstructured.Unstructured {
+func gatekeeperWebhookConfig(host string, caPEM []byte) *unstructured.Unstructured {
 	rule := func(group string, versions []string, resource string, ops ...string) map[string]any {
 		return map[string]any{
 			"apiGroups": []any{group}, "apiVersions": toAny(versions), "resources": []any{resource},
@@ -39,7 +33,7 @@ func gatekeeperWebhookConfig(port int, caPEM []byte) *unstructured.Unstructured 
 			"name":                    "validation.gatekeeper.sh",
 			"admissionReviewVersions": []any{"v1", "v1beta1"},
 			"clientConfig": map[string]any{
-				"url":      fmt.Sprintf("https://127.0.0.1:%d/v1/admit", port),
+				"url":      "https://" + host + "/v1/admit",
 				"caBundle": base64.StdEncoding.EncodeToString(caPEM),
 			},
 			"failurePolicy":  "Fail",

@@ -16,14 +16,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,6 +47,11 @@ var Names = []string{Kyverno, Gatekeeper}
 // Engine is one peer engine: its process, the objects of its fence, and how
 // its denials are recognised.
 type Engine struct {
+	// IP is the address the engine's webhook serves on and the API server
+	// calls it at; nil is 127.0.0.1 (cluster.ServiceLikeIP says why the
+	// bench sets another).
+	IP net.IP
+
 	name     string
 	repoRoot string
 	binDir   string
@@ -150,9 +156,9 @@ func (e *Engine) crds(ctx context.Context) ([]*unstructured.Unstructured, error)
 	return out, nil
 }
 
-// Start installs the engine's CRDs and namespace, starts its process as the
-// cluster admin and waits until it serves. Its fence is not yet enforced:
-// Enable does that.
+// Start installs the engine's CRDs, namespace, ServiceAccount and RBAC,
+// starts its process as that ServiceAccount and waits until it serves. Its
+// fence is not yet enforced: Enable does that.
 func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.ControlPlane) error {
 	start := time.Now()
 	bin := filepath.Join(e.binDir, "peers", e.name)
@@ -166,11 +172,8 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 	if err := env.InstallCRDs(ctx, crds); err != nil {
 		return err
 	}
-	ns := "kyverno"
-	if e.name == Gatekeeper {
-		ns = "gatekeeper-system"
-	}
-	if _, err := env.Admin.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	kubeconfig, err := e.identity(ctx, env, cp)
+	if err != nil {
 		return err
 	}
 	fence, err := framework.ReadYAMLFile(filepath.Join(e.repoRoot, "e2e", "bench", "peers", e.name, "fence.yaml"))
@@ -187,6 +190,11 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 	if err != nil {
 		return err
 	}
+	ip := e.IP
+	if ip == nil {
+		ip = net.ParseIP("127.0.0.1")
+	}
+	host := net.JoinHostPort(ip.String(), strconv.Itoa(port))
 	var args, procEnv []string
 	var ready func(context.Context) (bool, string, error)
 	switch e.name {
@@ -198,9 +206,9 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 		// reports controller that would aggregate and prune them is not
 		// part of the fence (they would pile up in etcd without it).
 		args = []string{
-			"--kubeconfig=" + cp.AdminKubeconfig(),
-			fmt.Sprintf("--serverIP=127.0.0.1:%d", port),
-			"--webhookServerHost=127.0.0.1",
+			"--kubeconfig=" + kubeconfig,
+			"--serverIP=" + host,
+			"--webhookServerHost=" + ip.String(),
 			fmt.Sprintf("--webhookServerPort=%d", port),
 			"--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca",
 			"--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair",
@@ -223,9 +231,9 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 			"KYVERNO_DEPLOYMENT=kyverno-admission-controller", "KYVERNO_POD_NAME=kyverno-local",
 			"KYVERNO_SVC=kyverno-svc", "INIT_CONFIG=kyverno", "METRICS_CONFIG=kyverno-metrics",
 		}
-		hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a liveness poll of our own child process on loopback; admission traffic verifies the CA
+		hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a liveness poll of our own child process; admission traffic verifies the CA
 		ready = func(ctx context.Context) (bool, string, error) {
-			resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/health/readiness", port))
+			resp, err := hc.Get("https://" + host + "/health/readiness")
 			if err != nil {
 				return false, err.Error(), nil
 			}
@@ -237,7 +245,7 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 		if err != nil {
 			return err
 		}
-		serving, err := ca.Serving("gatekeeper-webhook-service.gatekeeper-system.svc", []string{"localhost"}, []netIP{loopback})
+		serving, err := ca.Serving("gatekeeper-webhook-service.gatekeeper-system.svc", []string{"localhost"}, []net.IP{ip})
 		if err != nil {
 			return err
 		}
@@ -251,13 +259,13 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 		// certificate rotation is off; the configuration below carries our
 		// CA, as the shipped webhook's local run does.
 		args = []string{
-			"--kubeconfig=" + cp.AdminKubeconfig(),
+			"--kubeconfig=" + kubeconfig,
 			"--operation=webhook",
 			"--operation=generate",
 			// Its out-of-cluster switch: status objects name a fake pod
 			// instead of reading its own Pod (POD_NAME) from the API.
 			"--debug-use-fake-pod",
-			"--host=127.0.0.1",
+			"--host=" + ip.String(),
 			fmt.Sprintf("--port=%d", port),
 			"--cert-dir=" + certDir,
 			"--disable-cert-rotation",
@@ -267,7 +275,7 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 			"--disable-opa-builtin=http.send",
 			"--log-level=WARNING",
 		}
-		e.vwc = gatekeeperWebhookConfig(port, ca.CertPEM)
+		e.vwc = gatekeeperWebhookConfig(host, ca.CertPEM)
 		hc := &http.Client{Timeout: 2 * time.Second}
 		ready = func(ctx context.Context) (bool, string, error) {
 			resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probe))
@@ -293,7 +301,7 @@ func (e *Engine) Start(ctx context.Context, env *framework.Env, cp *cluster.Cont
 	if err != nil {
 		return fmt.Errorf("%w; log ends with:\n%s", err, p.Tail(40))
 	}
-	e.logf("peers: %s %s serving on 127.0.0.1:%d (pid %d) after %s", e.name, e.Version(), port, p.Pid, time.Since(start).Round(100*time.Millisecond))
+	e.logf("peers: %s %s serving on %s (pid %d) after %s", e.name, e.Version(), host, p.Pid, time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 

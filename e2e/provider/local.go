@@ -11,10 +11,7 @@ import (
 	"strings"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 
 	fencev1 "github.com/sandbox-fence/sandbox-fence/api/v1alpha1"
 	"github.com/sandbox-fence/sandbox-fence/e2e/cluster"
@@ -38,6 +35,10 @@ type Local struct {
 	Detached bool
 	// NoSignalHandler: see cluster.Options.
 	NoSignalHandler bool
+	// WebhookIP is the address the webhook serves on and the API server
+	// calls it at; nil is 127.0.0.1 (cluster.ServiceLikeIP says why the
+	// bench sets another).
+	WebhookIP net.IP
 	// ExtraAPIServerArgs are passed to kube-apiserver (cluster.Options):
 	// the bench turns profiling on with them.
 	ExtraAPIServerArgs []string
@@ -151,7 +152,12 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 	if err != nil {
 		return err
 	}
-	serving, err := ca.Serving("sandbox-fence-webhook", []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
+	ip := l.WebhookIP
+	if ip == nil {
+		ip = net.ParseIP("127.0.0.1")
+	}
+	// The metrics endpoint, on loopback, serves the same certificate.
+	serving, err := ca.Serving("sandbox-fence-webhook", []string{"localhost"}, []net.IP{ip, net.ParseIP("127.0.0.1")})
 	if err != nil {
 		return err
 	}
@@ -173,7 +179,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 		"--kubeconfig=" + kubeconfig,
 		"--cert-dir=" + certDir,
 		"--port=" + strconv.Itoa(ports[0]),
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + ip.String(),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[1]),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[2]),
 		"--cert-rotation=false",
@@ -186,7 +192,7 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 	if _, err := WaitWebhookReady(ctx, p, 2*time.Minute); err != nil {
 		return err
 	}
-	base := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	base := "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(ports[0]))
 	l.webhookBase, l.webhookCA = base, ca.CertPEM
 	for _, vwc := range vwcs {
 		if err := framework.PointWebhookAt(vwc, base, ca.CertPEM); err != nil {
@@ -213,19 +219,13 @@ func (l *Local) startWebhook(ctx context.Context, vwcs []*unstructured.Unstructu
 // production: a token of its ServiceAccount, bound by the shipped RBAC.
 func (l *Local) webhookKubeconfig(ctx context.Context) (string, error) {
 	path := filepath.Join(l.StateDir, "webhook.kubeconfig")
-	tr, err := l.Env.Admin.Kube.CoreV1().ServiceAccounts(framework.WebhookNamespace).CreateToken(ctx, framework.WebhookName,
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(24 * 3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		// No fallback to admin: the webhook must run under the shipped RBAC,
-		// or a missing permission would never show here.
-		return "", fmt.Errorf("a token for the webhook's ServiceAccount %s/%s (shipped in config/webhook): %w", framework.WebhookNamespace, framework.WebhookName, err)
+	// No fallback to admin: the webhook must run under the shipped RBAC, or
+	// a missing permission would never show here.
+	if err := l.CP.WriteServiceAccountKubeconfig(ctx, l.Env.Admin.Kube, framework.WebhookNamespace, framework.WebhookName, path); err != nil {
+		return "", fmt.Errorf("%w (shipped in config/webhook)", err)
 	}
-	cfg := rest.AnonymousClientConfig(l.CP.AdminConfig())
-	cfg.BearerToken = tr.Status.Token
-	return path, cluster.WriteKubeconfig(path, map[string]*rest.Config{"webhook": cfg}, "webhook")
+	return path, nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // Teardown implements Provider.
 func (l *Local) Teardown(_ context.Context, failed bool, artifactDir string) error {
