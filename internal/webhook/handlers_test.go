@@ -153,6 +153,11 @@ func TestCiliumHandler(t *testing.T) {
 	const denied = "cilium-fence: denied by the sandbox-fence webhook: "
 	// The host's CREATE of the policy of claim a, and what admits it.
 	create, admitted := cnpRequest(t, admissionv1.Create, tst.HostUser, nil, cnp), verdict{Allowed: true}
+	// The refusal of that CREATE for a claim being deleted.
+	deleting := verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+		Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
+		Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
+			Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}}
 
 	cases := []struct {
 		name      string
@@ -183,16 +188,13 @@ func TestCiliumHandler(t *testing.T) {
 		// The cache lags the API server: a hit that would admit is
 		// confirmed live, so an owner whose deletion began a moment ago is
 		// refused even before its watch event arrives.
-		name:     "a cached owner the API server already shows as deleting is refused",
-		config:   cfg,
-		cache:    []client.Object{claim},
-		live:     []client.Object{tst.MakeClaim("a").Deleting().Obj()},
-		req:      create,
-		wantLive: 1,
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
-			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
-			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
-				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		name:       "a cached owner the API server already shows as deleting is refused",
+		config:     cfg,
+		cache:      []client.Object{claim},
+		live:       []client.Object{tst.MakeClaim("a").Deleting().Obj()},
+		req:        create,
+		wantLive:   1,
+		want:       deleting,
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:     "a cached owner the API server already shows without its pod label is refused",
@@ -207,15 +209,12 @@ func TestCiliumHandler(t *testing.T) {
 				Message: denied + `Invalid value: "a": the SandboxClaim "a" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner`}}},
 		wantMetric: webhook.VerdictDenied,
 	}, {
-		name:   "a cached owner already deleting is refused without a live read: a deletion never reverses",
-		config: cfg,
-		cache:  []client.Object{tst.MakeClaim("a").Deleting().Obj()},
-		live:   []client.Object{claim},
-		req:    create,
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
-			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
-			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
-				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		name:       "a cached owner already deleting is refused without a live read: a deletion never reverses",
+		config:     cfg,
+		cache:      []client.Object{tst.MakeClaim("a").Deleting().Obj()},
+		live:       []client.Object{claim},
+		req:        create,
+		want:       deleting,
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:       "a claim created a moment ago, not yet in the cache, is found by a live read",
@@ -250,12 +249,9 @@ func TestCiliumHandler(t *testing.T) {
 		cache:      []client.Object{claim},
 		live:       []client.Object{tst.MakeClaim("a").Deleting().Obj()},
 		cacheFirst: true, stale: true,
-		req:      create,
-		wantLive: 1,
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
-			Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
-			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
-				Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}},
+		req:        create,
+		wantLive:   1,
+		want:       deleting,
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:       "with cache-first, an owner the informer sees within the wait admits without a live read",
