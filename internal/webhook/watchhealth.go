@@ -163,7 +163,8 @@ func (o *observedListerWatcher) WatchWithContext(ctx context.Context, opts metav
 		o.h.update(o.kind, func(s *watchState) {
 			if s.gen == gen && s.open {
 				s.open = false
-				logf.FromContext(ctx).Info("owner watch closed; owners are read live until it reopens", "kind", o.kind)
+				// V(1): a watch also ends every 5-10 minutes by design.
+				logf.FromContext(ctx).V(1).Info("owner watch closed; owners are read live until it reopens", "kind", o.kind)
 			}
 		})
 	})
