@@ -245,7 +245,7 @@ BENCH_FLAGS ?= -rounds 5 -window 2s
 # The owner counts the scale run measures the webhook against (e2e/bench/scale.go).
 SCALE_OWNERS ?= 100,1000,10000,100000
 PEERS_BENCH_FLAGS ?= -rounds 10 -aa -open 0.5 -window 1s -warmup 300ms -apiserver-profile $(BIN)/bench/profiles
-PEERS_TIMEOUT ?= 45m
+PEERS_TIMEOUT ?= 35m
 
 .PHONY: bench
 bench: tools ## What the fence costs a cluster: interleaved configurations on a local control plane, then the webhook against SCALE_OWNERS owners (BENCHMARKS.md; PUBLISH=1 writes docs/bench).
