@@ -62,12 +62,8 @@ func TestDefaultInstallReferences(t *testing.T) {
 		t.Fatalf("with the transformer: %d objects, without: %d", len(same), len(def))
 	}
 	for i := range def {
-		if !equalObjects(def[i].Object, same[i].Object) {
+		if !reflect.DeepEqual(def[i].Object, same[i].Object) {
 			t.Errorf("%s %s changed by config/transformers/namespace in the default namespace", def[i].GetKind(), def[i].GetName())
 		}
 	}
-}
-
-func equalObjects(a, b map[string]any) bool {
-	return reflect.DeepEqual(a, b)
 }

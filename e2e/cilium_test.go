@@ -95,7 +95,7 @@ func TestPerSandboxPolicyShapesOutsideTheContractAreDenied(t *testing.T) {
 		}},
 		{name: "an owner reference blocking owner deletion", mutate: func(u *unstructured.Unstructured) {
 			refs := u.GetOwnerReferences()
-			refs[0].BlockOwnerDeletion = ptr(true)
+			refs[0].BlockOwnerDeletion = new(true)
 			u.SetOwnerReferences(refs)
 		}},
 	}
@@ -279,16 +279,7 @@ func TestGarbageCollectionDeletesThePolicyWithItsOwner(t *testing.T) {
 	if err := env.Host.Dynamic.Resource(framework.ClaimGVR).Namespace(env.HostNamespace).Delete(ctx, claim.GetName(), metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("host deletes its claim: %v", err)
 	}
-	err = framework.Eventually(ctx, 2*time.Minute, 250*time.Millisecond, "policy garbage-collected", func(ctx context.Context) (bool, string, error) {
-		_, err := env.Admin.Dynamic.Resource(framework.CNPGVR).Namespace(env.HostNamespace).Get(ctx, cnp.GetName(), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, "", nil
-		}
-		return false, "still present", err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	expectCollected(t, cnp)
 }
 
 // Each item of a delete-collection is admitted on its own, with no request

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -22,28 +23,47 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// interleaved returns a fence.Client acting as id whose first PATCH is
-// preceded by competitor: the other process's write lands between this
-// client's gate read and its conditional patch, deterministically.
-func interleaved(t *testing.T, id *framework.Identity, competitor func() error) *fence.Client {
+// interleaved returns a fence.Client acting as id whose first request of
+// method (PATCH, DELETE) is preceded by competitor: the other process's
+// write lands between this client's gate read and its conditional write,
+// deterministically. codes returns the status codes of the method's
+// requests sent.
+func interleaved(t *testing.T, id *framework.Identity, method string, competitor func() error) (c *fence.Client, codes func() []int) {
 	t.Helper()
 	cfg := rest.CopyConfig(id.Config)
-	var fired atomic.Bool
+	var (
+		fired atomic.Bool
+		mu    sync.Mutex
+		sent  []int
+	)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodPatch && fired.CompareAndSwap(false, true) {
+			if r.Method != method {
+				return rt.RoundTrip(r)
+			}
+			if fired.CompareAndSwap(false, true) {
 				if err := competitor(); err != nil {
 					t.Errorf("competing write: %v", err)
 				}
 			}
-			return rt.RoundTrip(r)
+			resp, err := rt.RoundTrip(r)
+			if err == nil {
+				mu.Lock()
+				sent = append(sent, resp.StatusCode)
+				mu.Unlock()
+			}
+			return resp, err
 		})
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fence.NewClient(dyn, fence.Options{})
+	return fence.NewClient(dyn, fence.Options{}), func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), sent...)
+	}
 }
 
 func hostClient(t *testing.T) *fence.Client {
@@ -64,28 +84,28 @@ func TestHostLibraryLifeCycleAgainstTheFence(t *testing.T) {
 		_ = env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(ns).Delete(context.Background(), n, metav1.DeleteOptions{})
 	})
 
-	if _, err := c.CreateWorkspace(ctx, sbx, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
+	if _, err := c.CreateWorkspace(ctx, sbx, fence.WriteOptions{Epoch: new(uint64(1))}); err != nil {
 		t.Fatalf("create at epoch 1: %v", err)
 	}
-	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
+	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(1))}); err != nil {
 		t.Fatalf("suspend at epoch 1: %v", err)
 	}
-	if _, err := c.Resume(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(2))}); err != nil {
+	if _, err := c.Resume(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(2))}); err != nil {
 		t.Fatalf("resume at epoch 2 (a new holder): %v", err)
 	}
-	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))}); !errors.Is(err, fence.ErrStaleEpoch) {
+	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(1))}); !errors.Is(err, fence.ErrStaleEpoch) {
 		t.Fatalf("suspend by the old holder at epoch 1: want ErrStaleEpoch (refused before sending), got %v", err)
 	}
 	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{}); err != nil {
 		t.Fatalf("unfenced suspend of a fenced workspace: %v", err)
 	}
-	if _, err := c.Stamp(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
+	if _, err := c.Stamp(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(3))}); err != nil {
 		t.Fatalf("stamp at epoch 3: %v", err)
 	}
 	if got := epochOf(t, ns, n); got != "3" {
 		t.Errorf("stored epoch %q, want 3", got)
 	}
-	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(3))}); err != nil {
 		t.Fatalf("fenced delete at epoch 3: %v", err)
 	}
 }
@@ -100,10 +120,11 @@ func TestStaleHolderLosesTheRaceOnTheServer(t *testing.T) {
 	sbx := sandboxWithEpoch(t, "1")
 	ns, n := sbx.GetNamespace(), sbx.GetName()
 	newHolder := func() error {
-		_, err := hostClient(t).Resume(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(2))})
+		_, err := hostClient(t).Resume(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(2))})
 		return err
 	}
-	_, err := interleaved(t, env.Host, newHolder).Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))})
+	c, _ := interleaved(t, env.Host, http.MethodPatch, newHolder)
+	_, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(1))})
 	if !errors.Is(err, fence.ErrStaleEpoch) {
 		t.Fatalf("old holder's suspend: want ErrStaleEpoch after the re-read, got %v", err)
 	}
@@ -123,7 +144,8 @@ func TestUnfencedWriteBetweenReadAndPatchDoesNotBreakAFencedWrite(t *testing.T) 
 	unfenced := func() error {
 		return patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`))
 	}
-	if _, err := interleaved(t, env.Host, unfenced).Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
+	c, _ := interleaved(t, env.Host, http.MethodPatch, unfenced)
+	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(1))}); err != nil {
 		t.Fatalf("fenced suspend after an unfenced write: %v", err)
 	}
 	if got := epochOf(t, ns, n); got != "1" {
@@ -141,7 +163,8 @@ func TestMigrationRetriesWhenTheObjectMovedUnderIt(t *testing.T) {
 	unfenced := func() error {
 		return patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"spec":{"operatingMode":"Running"},"metadata":{"labels":{"touched":"yes"}}}`))
 	}
-	if _, err := interleaved(t, env.Host, unfenced).Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(4))}); err != nil {
+	c, _ := interleaved(t, env.Host, http.MethodPatch, unfenced)
+	if _, err := c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(4))}); err != nil {
 		t.Fatalf("first fenced write on an unannotated object after a concurrent write: %v", err)
 	}
 	if got := epochOf(t, ns, n); got != "4" {

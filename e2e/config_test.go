@@ -172,18 +172,15 @@ func fencedNamespaceWithObjects(t *testing.T) string {
 // expectNamespaceDeleted deletes ns as the admin and waits until the
 // namespace controller has emptied and removed it, leaving nothing stored
 // in it.
-func expectNamespaceDeleted(t *testing.T, ns string, timeout time.Duration) time.Duration {
+func expectNamespaceDeleted(t *testing.T, ns string, timeout time.Duration) {
 	t.Helper()
-	start := time.Now()
 	if err := env.Admin.Kube.CoreV1().Namespaces().Delete(testContext(t), ns, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitNamespaceGone(t, ns, timeout)
-	took := time.Since(start)
 	if left := storedIn(t, ns); len(left) > 0 {
 		t.Errorf("namespace %s is gone but still holds %s: its deletion left them behind", ns, strings.Join(left, ", "))
 	}
-	return took
 }
 
 // storedIn lists the Sandboxes, claims and CiliumNetworkPolicies stored in

@@ -381,7 +381,7 @@ func sandboxPod(t *testing.T, ctx context.Context, c *fence.Client, ns, n string
 	if labelled {
 		w = w.PodLabel(fence.DefaultPerSandboxLabelKey, n)
 	}
-	owner, err := c.CreateWorkspace(ctx, w.Obj(), fence.WriteOptions{Epoch: ptr(uint64(1))})
+	owner, err := c.CreateWorkspace(ctx, w.Obj(), fence.WriteOptions{Epoch: new(uint64(1))})
 	if err != nil {
 		t.Fatalf("creating Sandbox %s/%s as its host: %v", ns, n, err)
 	}

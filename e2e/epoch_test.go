@@ -39,7 +39,7 @@ func TestHolderEpochJSONPatchFromTheHostLibrary(t *testing.T) {
 			sbx := sandboxWithEpoch(t, tc.stored)
 			ops, err := fence.BuildHolderEpochPatch(fence.PatchInput{
 				Read:      fence.ReadHolderEpoch(sbx),
-				Epoch:     ptr(tc.epoch),
+				Epoch:     new(tc.epoch),
 				Mode:      fence.ModeSuspended,
 				ChangedAt: changedAt,
 			})

@@ -87,13 +87,11 @@ func patch(t *testing.T, id *framework.Identity, gvr schema.GroupVersionResource
 	t.Helper()
 	opts := metav1.PatchOptions{FieldManager: framework.FieldManager}
 	if pt == types.ApplyPatchType {
-		opts.Force = ptr(true)
+		opts.Force = new(true)
 	}
 	_, err := id.Dynamic.Resource(gvr).Namespace(ns).Patch(testContext(t), n, pt, body, opts, sub...)
 	return err
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // epochOf returns the stored holder epoch of a Sandbox.
 func epochOf(t *testing.T, ns, n string) string {

@@ -16,7 +16,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -391,14 +393,7 @@ func TestInClusterWebhookRunsOnTwoNodesBehindItsService(t *testing.T) {
 	t.Logf("%d ready endpoints on nodes %v; the apiserver called the webhook through the Service and obeyed its denial", ready, keys(nodes))
 }
 
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func keys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // --- rolling restart, eviction ---------------------------------------------------
 
@@ -778,31 +773,16 @@ func servingPort(t *testing.T) int {
 // again, the spread being counted per revision) and returns node -> pod.
 func spreadReplicas(t *testing.T) map[string]string {
 	t.Helper()
-	byNode := func() map[string]string {
-		m := map[string]string{}
-		for _, p := range webhookPods(t) {
-			m[p.Spec.NodeName] = p.Name
-		}
-		return m
-	}
-	m := byNode()
+	m := spreadOf(t)
 	if len(m) < 2 {
-		t.Logf("the webhook's replicas share node(s) %v: restarting the rollout to spread them", keys(boolSet(m)))
+		t.Logf("the webhook's replicas share node(s) %v: restarting the rollout to spread them", keys(m))
 		restartWebhookRollout(t)
-		m = byNode()
+		m = spreadOf(t)
 	}
 	if len(m) < 2 {
 		t.Fatalf("the webhook's replicas run on %v: this case needs them on two workers (kind.yaml ships two)", m)
 	}
 	return m
-}
-
-func boolSet(m map[string]string) map[string]bool {
-	out := map[string]bool{}
-	for k := range m {
-		out[k] = true
-	}
-	return out
 }
 
 // Draining a worker that runs a replica, as `kubectl drain` does (cordon,
@@ -856,7 +836,7 @@ func TestDrainingAWorkerFailsNoAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("node %s drained in %s (%d evictions refused by a PodDisruptionBudget and retried); webhook pods now on %v",
-		node, time.Since(start).Round(100*time.Millisecond), pdbRefusals, keys(boolSet(spreadOf(t))))
+		node, time.Since(start).Round(100*time.Millisecond), pdbRefusals, keys(spreadOf(t)))
 	l.waitMore(t, 10)
 	l.report(t, "drain "+node, allStrict)
 	for n := range spreadOf(t) {
@@ -866,6 +846,7 @@ func TestDrainingAWorkerFailsNoAdmission(t *testing.T) {
 	}
 }
 
+// spreadOf is the webhook's pods by node: node -> pod.
 func spreadOf(t *testing.T) map[string]string {
 	m := map[string]string{}
 	for _, p := range webhookPods(t) {

@@ -443,11 +443,12 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 	}
 	ar := env.Admin.Kube.AdmissionregistrationV1()
 	repair := framework.PolicyHolderEpochRepair
-	cases := []struct {
+	type missingPiece struct {
 		name   string
 		want   []string
 		remove func() (restore func() error, err error)
-	}{{
+	}
+	cases := []missingPiece{{
 		name: "the FenceConfig",
 		want: []string{"FenceConfig " + fencev1.DefaultConfigName},
 		remove: func() (func() error, error) {
@@ -528,11 +529,7 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 		},
 	}}
 	if env.WebhookProcess != nil && !env.InCluster {
-		cases = append(cases, struct {
-			name   string
-			want   []string
-			remove func() (restore func() error, err error)
-		}{
+		cases = append(cases, missingPiece{
 			name: "the webhook's CA bundle",
 			// A URL webhook is dialled with the bundle, so without a usable
 			// one its endpoint fails too.
@@ -545,11 +542,7 @@ func TestKubectlFenceCheckNamesEachMissingPiece(t *testing.T) {
 		t.Logf("the webhook's CA bundle is not replaced here: in the cluster, cert-controller injects it again while check runs (the local provider replaces it)")
 	}
 	if env.WebhookProcess != nil {
-		cases = append(cases, struct {
-			name   string
-			want   []string
-			remove func() (restore func() error, err error)
-		}{
+		cases = append(cases, missingPiece{
 			name: "the webhook's endpoint",
 			want: []string{"Webhook cilium-egress.fence.sandbox.namzu.ai endpoints"},
 			remove: func() (func() error, error) {

@@ -100,7 +100,7 @@ func TestWebhookOutageRefusesOnlyWhatIsRoutedToIt(t *testing.T) {
 	})
 	t.Run("the host's fenced Sandbox writes are admitted", func(t *testing.T) {
 		c := hostClient(t)
-		if _, err := c.Suspend(ctx, hostNS, sbx.GetName(), fence.WriteOptions{Epoch: ptr(uint64(2))}); err != nil {
+		if _, err := c.Suspend(ctx, hostNS, sbx.GetName(), fence.WriteOptions{Epoch: new(uint64(2))}); err != nil {
 			t.Fatalf("fenced suspend at epoch 2: %v", err)
 		}
 		if _, err := c.Resume(ctx, hostNS, sbx.GetName(), fence.WriteOptions{}); err != nil {

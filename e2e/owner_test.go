@@ -41,12 +41,12 @@ func TestEveryHostDeleteLeavesThePerSandboxPolicyOwnedOrGone(t *testing.T) {
 		{name: "propagationPolicy Foreground", opts: metav1.DeleteOptions{PropagationPolicy: &foreground}},
 		{name: "propagationPolicy Orphan", opts: metav1.DeleteOptions{PropagationPolicy: &orphan}, refused: true},
 		//nolint:staticcheck // SA1019: the deprecated field is what an old client sends; the rule covers it
-		{name: "orphanDependents true", opts: metav1.DeleteOptions{OrphanDependents: ptr(true)}, refused: true},
+		{name: "orphanDependents true", opts: metav1.DeleteOptions{OrphanDependents: new(true)}, refused: true},
 		//nolint:staticcheck // SA1019: as above
-		{name: "orphanDependents false", opts: metav1.DeleteOptions{OrphanDependents: ptr(false)}},
+		{name: "orphanDependents false", opts: metav1.DeleteOptions{OrphanDependents: new(false)}},
 		{name: "a delete-collection with propagationPolicy Orphan", opts: metav1.DeleteOptions{PropagationPolicy: &orphan}, collection: true, refused: true},
 		//nolint:staticcheck // SA1019: as above
-		{name: "a delete-collection with orphanDependents true", opts: metav1.DeleteOptions{OrphanDependents: ptr(true)}, collection: true, refused: true},
+		{name: "a delete-collection with orphanDependents true", opts: metav1.DeleteOptions{OrphanDependents: new(true)}, collection: true, refused: true},
 		{name: "a delete-collection without options", collection: true},
 	}
 	for _, kind := range []string{fence.OwnerKindSandboxClaim, fence.OwnerKindSandbox} {

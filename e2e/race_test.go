@@ -191,10 +191,10 @@ func race(ctx context.Context, t *testing.T) raceResult {
 					out, err = sandboxes.Patch(ctx, n, types.JSONPatchType, []byte(body), metav1.PatchOptions{})
 				case (h+k)%3 == 0:
 					op = "suspend"
-					out, err = c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: ptr(epoch)})
+					out, err = c.Suspend(ctx, ns, n, fence.WriteOptions{Epoch: new(epoch)})
 				case (h+k)%3 == 1:
 					op = "resume"
-					out, err = c.Resume(ctx, ns, n, fence.WriteOptions{Epoch: ptr(epoch)})
+					out, err = c.Resume(ctx, ns, n, fence.WriteOptions{Epoch: new(epoch)})
 				default:
 					op = "stamp"
 					out, err = c.Stamp(ctx, ns, n, fence.WriteOptions{Epoch: &epoch})

@@ -53,7 +53,7 @@ func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
 	})
 	t.Run("the host's fenced DELETE from pkg/fence carrying preconditions.resourceVersion is admitted", func(t *testing.T) {
 		sbx := sandboxWithEpoch(t, "5")
-		if err := hostClient(t).Delete(ctx, sbx.GetNamespace(), sbx.GetName(), fence.WriteOptions{Epoch: ptr(uint64(5))}); err != nil {
+		if err := hostClient(t).Delete(ctx, sbx.GetNamespace(), sbx.GetName(), fence.WriteOptions{Epoch: new(uint64(5))}); err != nil {
 			t.Fatalf("fenced delete at epoch 5: %v", err)
 		}
 		expectGone(t, sbx.GetNamespace(), sbx.GetName())
@@ -87,7 +87,7 @@ func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
 	})
 	t.Run("the host's claim DELETE from pkg/fence, after checking its Sandbox's epoch, is admitted", func(t *testing.T) {
 		claim, sbx := claimWithSandbox(t, "4")
-		if err := hostClient(t).DeleteClaim(ctx, claim.GetNamespace(), claim.GetName(), fence.WriteOptions{Epoch: ptr(uint64(4))}); err != nil {
+		if err := hostClient(t).DeleteClaim(ctx, claim.GetNamespace(), claim.GetName(), fence.WriteOptions{Epoch: new(uint64(4))}); err != nil {
 			t.Fatalf("fenced claim delete at epoch 4: %v", err)
 		}
 		if _, err := env.Admin.Dynamic.Resource(framework.ClaimGVR).Namespace(claim.GetNamespace()).Get(ctx, claim.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -99,7 +99,7 @@ func TestStrictDeleteRequiresPreconditionsOnceFenced(t *testing.T) {
 	})
 	t.Run("pkg/fence refuses the claim DELETE of a stale holder, sending nothing", func(t *testing.T) {
 		claim, _ := claimWithSandbox(t, "6")
-		err := hostClient(t).DeleteClaim(ctx, claim.GetNamespace(), claim.GetName(), fence.WriteOptions{Epoch: ptr(uint64(4))})
+		err := hostClient(t).DeleteClaim(ctx, claim.GetNamespace(), claim.GetName(), fence.WriteOptions{Epoch: new(uint64(4))})
 		if !errors.Is(err, fence.ErrStaleEpoch) {
 			t.Fatalf("stale claim delete: %v, want ErrStaleEpoch", err)
 		}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	"github.com/sandbox-fence/sandbox-fence/e2e/framework"
 	"github.com/sandbox-fence/sandbox-fence/pkg/fence"
@@ -67,7 +63,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("nokey")).Annotation("team", "blue")
 			},
-			in: fence.PatchInput{Epoch: ptr(uint64(3)), Mode: fence.ModeSuspended, ChangedAt: changedAt},
+			in: fence.PatchInput{Epoch: new(uint64(3)), Mode: fence.ModeSuspended, ChangedAt: changedAt},
 			body: `[{"op":"test","path":"/metadata/resourceVersion","value":"{{rv}}"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"3"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1operating-mode-changed-at","value":"2026-08-01T09:00:00.000Z"},
@@ -81,7 +77,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("stamp")).Annotation(fence.AnnotationHolderEpoch, "2")
 			},
-			in: fence.PatchInput{Epoch: ptr(uint64(3))},
+			in: fence.PatchInput{Epoch: new(uint64(3))},
 			body: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"3"}]`,
 			want: storedState{Mode: "Running", Annotations: map[string]string{fence.AnnotationHolderEpoch: "3"}},
@@ -91,7 +87,7 @@ func TestHolderEpochRawWireBodiesAreAdmitted(t *testing.T) {
 			sandbox: func() *framework.Builder {
 				return framework.MakeSandbox(env.HostNamespace, name("refresh")).Mode("Suspended").Annotation(fence.AnnotationHolderEpoch, "4")
 			},
-			in: fence.PatchInput{Epoch: ptr(uint64(4)), Mode: fence.ModeRunning, ChangedAt: changedAt, ExtraAnnotations: hash, PodTemplate: template, ExtraTests: refreshTests},
+			in: fence.PatchInput{Epoch: new(uint64(4)), Mode: fence.ModeRunning, ChangedAt: changedAt, ExtraAnnotations: hash, PodTemplate: template, ExtraTests: refreshTests},
 			body: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"4"},
  {"op":"test","path":"/spec/operatingMode","value":"Suspended"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"4"},
@@ -181,47 +177,6 @@ func decodeJSON(t *testing.T, b []byte) any {
 	return v
 }
 
-// deleteInterleaved returns a fence.Client acting as id whose first DELETE is
-// preceded by competitor (another writer between its gate read and its
-// DELETE, deterministically), and the status codes of the DELETEs it sent.
-func deleteInterleaved(t *testing.T, id *framework.Identity, competitor func() error) (*fence.Client, func() []int) {
-	t.Helper()
-	cfg := rest.CopyConfig(id.Config)
-	var (
-		fired atomic.Bool
-		mu    sync.Mutex
-		codes []int
-	)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Method != http.MethodDelete {
-				return rt.RoundTrip(r)
-			}
-			if fired.CompareAndSwap(false, true) {
-				if err := competitor(); err != nil {
-					t.Errorf("competing write: %v", err)
-				}
-			}
-			resp, err := rt.RoundTrip(r)
-			if err == nil {
-				mu.Lock()
-				codes = append(codes, resp.StatusCode)
-				mu.Unlock()
-			}
-			return resp, err
-		})
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fence.NewClient(dyn, fence.Options{}), func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]int(nil), codes...)
-	}
-}
-
 // The fenced DELETE through the real API server: an unfenced writer moves the
 // object between the host's gate read and its fenced DELETE, the API server
 // fails the precondition with 409, and the library re-reads, re-checks the
@@ -234,8 +189,8 @@ func TestFencedDeleteRetriesAfterAConflict(t *testing.T) {
 	unfenced := func() error {
 		return patch(t, env.Operator, framework.SandboxGVR, ns, n, types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`))
 	}
-	c, codes := deleteInterleaved(t, env.Host, unfenced)
-	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
+	c, codes := interleaved(t, env.Host, http.MethodDelete, unfenced)
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(3))}); err != nil {
 		t.Fatalf("fenced delete at epoch 3 after a concurrent unfenced write: %v", err)
 	}
 	if d := cmp.Diff([]int{http.StatusConflict, http.StatusOK}, codes()); d != "" {
@@ -244,7 +199,7 @@ func TestFencedDeleteRetriesAfterAConflict(t *testing.T) {
 	if _, err := env.Admin.Dynamic.Resource(framework.SandboxGVR).Namespace(ns).Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("sandbox still there after the retried delete (get: %v)", err)
 	}
-	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); err != nil {
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(3))}); err != nil {
 		t.Errorf("deleting a Sandbox already gone: want success (404 counts as deleted), got %v", err)
 	}
 }
@@ -257,11 +212,11 @@ func TestFencedDeleteStopsWhenANewHolderMovedIn(t *testing.T) {
 	sbx := sandboxWithEpoch(t, "3")
 	ns, n := sbx.GetNamespace(), sbx.GetName()
 	newHolder := func() error {
-		_, err := hostClient(t).Stamp(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(4))})
+		_, err := hostClient(t).Stamp(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(4))})
 		return err
 	}
-	c, codes := deleteInterleaved(t, env.Host, newHolder)
-	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: ptr(uint64(3))}); !errors.Is(err, fence.ErrStaleEpoch) {
+	c, codes := interleaved(t, env.Host, http.MethodDelete, newHolder)
+	if err := c.Delete(ctx, ns, n, fence.WriteOptions{Epoch: new(uint64(3))}); !errors.Is(err, fence.ErrStaleEpoch) {
 		t.Fatalf("old holder's fenced delete: want ErrStaleEpoch after the 409 and re-read, got %v", err)
 	}
 	if d := cmp.Diff([]int{http.StatusConflict}, codes()); d != "" {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,12 +13,6 @@ import (
 	"github.com/sandbox-fence/sandbox-fence/internal/policyconfig"
 	tst "github.com/sandbox-fence/sandbox-fence/internal/testing"
 )
-
-// render builds a kustomization directory with kubectl kustomize.
-func render(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	return tst.Kustomize(t, dir)
-}
 
 // installed summarises what a rendering installs: kind/name of every object,
 // for each binding the policy it names, and for each policy the controller
@@ -49,15 +44,6 @@ func summarise(t *testing.T, objs []*unstructured.Unstructured) installed {
 	return out
 }
 
-func absDir(t *testing.T, rel string) string {
-	t.Helper()
-	d, err := filepath.Abs(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // overlayDirs holds the directory overlay writes into, one per test.
 var overlayDirs = map[*testing.T]string{}
 
@@ -65,7 +51,11 @@ var overlayDirs = map[*testing.T]string{}
 // kustomize refuses an absolute path; a relative one may leave the root.
 func relTo(t *testing.T, rel string) string {
 	t.Helper()
-	p, err := filepath.Rel(overlayDir(t), absDir(t, rel))
+	abs, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := filepath.Rel(overlayDir(t), abs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,40 +83,43 @@ func overlay(t *testing.T, body string) string {
 	return dir
 }
 
+// shippedBundle is what config/vap installs.
+var shippedBundle = installed{
+	Objects: []string{
+		"ClusterRole/sandbox-fence-kubectl-fence",
+		"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
+		"FenceConfig/sandbox-fence",
+		"ValidatingAdmissionPolicy/sandbox-fence-cilium-egress",
+		"ValidatingAdmissionPolicy/sandbox-fence-cilium-owner",
+		"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch",
+		"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch-repair",
+		"ValidatingAdmissionPolicy/sandbox-fence-strict-delete",
+		"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-egress-binding",
+		"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-owner-binding",
+		"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-binding",
+		"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-repair-binding",
+	},
+	Bindings: map[string]string{
+		"sandbox-fence-cilium-egress-binding":       "sandbox-fence-cilium-egress",
+		"sandbox-fence-cilium-owner-binding":        "sandbox-fence-cilium-owner",
+		"sandbox-fence-holder-epoch-binding":        "sandbox-fence-holder-epoch",
+		"sandbox-fence-holder-epoch-repair-binding": "sandbox-fence-holder-epoch-repair",
+	},
+	Configs: map[string]string{
+		"sandbox-fence-cilium-egress":       "sandbox-fence",
+		"sandbox-fence-cilium-owner":        "sandbox-fence",
+		"sandbox-fence-holder-epoch-repair": "sandbox-fence",
+		"sandbox-fence-strict-delete":       "sandbox-fence",
+	},
+}
+
 func TestKustomizeRendersTheBundle(t *testing.T) {
-	want := installed{
-		Objects: []string{
-			"ClusterRole/sandbox-fence-kubectl-fence",
-			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
-			"FenceConfig/sandbox-fence",
-			"ValidatingAdmissionPolicy/sandbox-fence-cilium-egress",
-			"ValidatingAdmissionPolicy/sandbox-fence-cilium-owner",
-			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch",
-			"ValidatingAdmissionPolicy/sandbox-fence-holder-epoch-repair",
-			"ValidatingAdmissionPolicy/sandbox-fence-strict-delete",
-			"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-egress-binding",
-			"ValidatingAdmissionPolicyBinding/sandbox-fence-cilium-owner-binding",
-			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-binding",
-			"ValidatingAdmissionPolicyBinding/sandbox-fence-holder-epoch-repair-binding",
-		},
-		Bindings: map[string]string{
-			"sandbox-fence-cilium-egress-binding":       "sandbox-fence-cilium-egress",
-			"sandbox-fence-cilium-owner-binding":        "sandbox-fence-cilium-owner",
-			"sandbox-fence-holder-epoch-binding":        "sandbox-fence-holder-epoch",
-			"sandbox-fence-holder-epoch-repair-binding": "sandbox-fence-holder-epoch-repair",
-		},
-		Configs: map[string]string{
-			"sandbox-fence-cilium-egress":       "sandbox-fence",
-			"sandbox-fence-cilium-owner":        "sandbox-fence",
-			"sandbox-fence-holder-epoch-repair": "sandbox-fence",
-			"sandbox-fence-strict-delete":       "sandbox-fence",
-		},
-	}
-	if diff := cmp.Diff(want, summarise(t, render(t, "../config/vap"))); diff != "" {
+	want := shippedBundle
+	if diff := cmp.Diff(want, summarise(t, tst.Kustomize(t, "../config/vap"))); diff != "" {
 		t.Errorf("kustomize build config/vap (-want +got):\n%s", diff)
 	}
 	// config/default installs all of config/vap, unchanged, plus the webhook.
-	def := summarise(t, render(t, "../config/default"))
+	def := summarise(t, tst.Kustomize(t, "../config/default"))
 	have := map[string]bool{}
 	for _, o := range def.Objects {
 		have[o] = true
@@ -147,34 +140,19 @@ func TestKustomizeRendersTheBundle(t *testing.T) {
 // The binding stays "<policy name>-binding", which the host looks up before
 // writing its policy.
 func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
-	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\n")))
-	want := installed{
-		Objects: []string{
-			"ClusterRole/acme-sandbox-fence-kubectl-fence",
-			"CustomResourceDefinition/fenceconfigs.fence.sandbox.namzu.ai",
-			"FenceConfig/acme-sandbox-fence",
-			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-egress",
-			"ValidatingAdmissionPolicy/acme-sandbox-fence-cilium-owner",
-			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch",
-			"ValidatingAdmissionPolicy/acme-sandbox-fence-holder-epoch-repair",
-			"ValidatingAdmissionPolicy/acme-sandbox-fence-strict-delete",
-			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-cilium-egress-binding",
-			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-cilium-owner-binding",
-			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-binding",
-			"ValidatingAdmissionPolicyBinding/acme-sandbox-fence-holder-epoch-repair-binding",
-		},
-		Bindings: map[string]string{
-			"acme-sandbox-fence-cilium-egress-binding":       "acme-sandbox-fence-cilium-egress",
-			"acme-sandbox-fence-cilium-owner-binding":        "acme-sandbox-fence-cilium-owner",
-			"acme-sandbox-fence-holder-epoch-binding":        "acme-sandbox-fence-holder-epoch",
-			"acme-sandbox-fence-holder-epoch-repair-binding": "acme-sandbox-fence-holder-epoch-repair",
-		},
-		Configs: map[string]string{
-			"acme-sandbox-fence-cilium-egress":       "acme-sandbox-fence",
-			"acme-sandbox-fence-cilium-owner":        "acme-sandbox-fence",
-			"acme-sandbox-fence-holder-epoch-repair": "acme-sandbox-fence",
-			"acme-sandbox-fence-strict-delete":       "acme-sandbox-fence",
-		},
+	got := summarise(t, tst.Kustomize(t, overlay(t, "namePrefix: acme-\n")))
+	want := installed{Bindings: map[string]string{}, Configs: map[string]string{}}
+	for _, o := range shippedBundle.Objects {
+		if kind, name, _ := strings.Cut(o, "/"); kind != "CustomResourceDefinition" {
+			o = kind + "/acme-" + name
+		}
+		want.Objects = append(want.Objects, o)
+	}
+	for b, p := range shippedBundle.Bindings {
+		want.Bindings["acme-"+b] = "acme-" + p
+	}
+	for p, c := range shippedBundle.Configs {
+		want.Configs["acme-"+p] = "acme-" + c
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("namePrefix overlay (-want +got):\n%s", diff)
@@ -184,7 +162,7 @@ func TestKustomizeNamePrefixRenamesReferences(t *testing.T) {
 // TestKustomizePatchRenamesReferences: a plain patch of a policy's name is
 // followed by its binding too.
 func TestKustomizePatchRenamesReferences(t *testing.T) {
-	got := summarise(t, render(t, overlay(t, `patches:
+	got := summarise(t, tst.Kustomize(t, overlay(t, `patches:
 - target: {kind: ValidatingAdmissionPolicy, name: sandbox-fence-cilium-egress}
   patch: |-
     - op: replace
@@ -219,11 +197,11 @@ func TestKustomizePatchRenamesReferences(t *testing.T) {
 // delete policy unbound (strict delete is off by default); the component adds
 // exactly its binding, which follows a rename like the others.
 func TestStrictDeleteComponentBindsThePolicy(t *testing.T) {
-	got := summarise(t, render(t, overlay(t, "namePrefix: acme-\ncomponents:\n- "+relTo(t, "../config/vap/components/strict-delete")+"\n")))
+	got := summarise(t, tst.Kustomize(t, overlay(t, "namePrefix: acme-\ncomponents:\n- "+relTo(t, "../config/vap/components/strict-delete")+"\n")))
 	if diff := cmp.Diff("acme-sandbox-fence-strict-delete", got.Bindings["acme-sandbox-fence-strict-delete-binding"]); diff != "" {
 		t.Errorf("strict-delete binding (-want +got):\n%s", diff)
 	}
-	if _, ok := summarise(t, render(t, "../config/default")).Bindings["sandbox-fence-strict-delete-binding"]; ok {
+	if _, ok := summarise(t, tst.Kustomize(t, "../config/default")).Bindings["sandbox-fence-strict-delete-binding"]; ok {
 		t.Error("config/default binds strict delete: it must stay opt-in")
 	}
 }

@@ -151,9 +151,9 @@ func TestAPodReachesItsAllowlistAndDNSOnly(t *testing.T) {
 		extra []protocol.DNSAnswer
 	}{
 		{name: "no per-sandbox policy"},
-		{name: "the host's body", body: ptr(hostBody(t, "registry.npmjs.org", ".example.com"))},
+		{name: "the host's body", body: new(hostBody(t, "registry.npmjs.org", ".example.com"))},
 		{name: "the host's body with .nip.io, whose names answer metadata addresses",
-			body: ptr(hostBody(t, "registry.npmjs.org", ".example.com", ".nip.io")), extra: nipAnswers},
+			body: new(hostBody(t, "registry.npmjs.org", ".example.com", ".nip.io")), extra: nipAnswers},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := Subject{Namespace: namespace, LabelKey: fence.DefaultPerSandboxLabelKey, Owner: "claim-a"}
@@ -229,8 +229,6 @@ func TestAPodReachesItsAllowlistAndDNSOnly(t *testing.T) {
 		}
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestWithoutTheBaselineAnUnselectedPodReachesEverything states what removing
 // the baseline costs (an admin's act that kubectl fence check reports):

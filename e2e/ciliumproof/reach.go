@@ -18,13 +18,6 @@ type Entry struct {
 	Subdomains bool
 }
 
-func (e Entry) String() string {
-	if e.Subdomains {
-		return "." + e.Host
-	}
-	return e.Host
-}
-
 // canonical is a name as DNS compares it: lowercase, without the root dot
 // (the sampled names are ASCII, so strings.ToLower is DNS's case folding).
 func canonical(name string) string { return strings.TrimSuffix(strings.ToLower(name), ".") }

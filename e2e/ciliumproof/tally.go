@@ -140,18 +140,17 @@ type Tally struct {
 	AdmittedCiliumRejected, DeniedCiliumRejected int
 	// DeniedBy counts denials by rule; OverStrictBy the denials under which
 	// the pods reach what the contract says, by rule, with one example each.
-	DeniedBy       map[string]int
-	OverStrictBy   map[string]int
-	OverStrictEg   map[string]Outcome
-	Defects        []Outcome
-	MutationsSeen  map[string][2]int // [admitted, denied]
-	CiliumRejectBy map[string]int
+	DeniedBy      map[string]int
+	OverStrictBy  map[string]int
+	OverStrictEg  map[string]Outcome
+	Defects       []Outcome
+	MutationsSeen map[string][2]int // [admitted, denied]
 }
 
 // NewTally returns an empty tally.
 func NewTally() *Tally {
 	return &Tally{DeniedBy: map[string]int{}, OverStrictBy: map[string]int{}, OverStrictEg: map[string]Outcome{},
-		MutationsSeen: map[string][2]int{}, CiliumRejectBy: map[string]int{}}
+		MutationsSeen: map[string][2]int{}}
 }
 
 // Add counts one outcome.
@@ -173,7 +172,6 @@ func (t *Tally) Add(o Outcome) {
 		} else {
 			t.DeniedCiliumRejected++
 		}
-		t.CiliumRejectBy[ciliumReason(o.ParseErr)]++
 	}
 	if o.OverStrict() {
 		t.OverStrictBy[o.Verdict.Rule]++
@@ -193,26 +191,6 @@ func (t *Tally) Add(o Outcome) {
 		}
 		t.MutationsSeen[m] = c
 	}
-}
-
-// ciliumReason shortens a Parse error to its kind: quoted values dropped.
-func ciliumReason(err error) string {
-	s := err.Error()
-	for {
-		i := strings.IndexAny(s, `"`)
-		if i < 0 {
-			break
-		}
-		j := strings.IndexByte(s[i+1:], '"')
-		if j < 0 {
-			break
-		}
-		s = s[:i] + "…" + s[i+1+j+1:]
-	}
-	if len(s) > 110 {
-		s = s[:110] + "…"
-	}
-	return s
 }
 
 // Markdown renders the tally as the tables RELIABILITY.md carries.

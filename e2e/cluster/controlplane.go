@@ -145,7 +145,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err := c.startAPIServer(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.WriteKubeconfig(c.AdminKubeconfig(), map[string]*rest.Config{"admin": c.AdminConfig()}, "admin"); err != nil {
+	if err := WriteKubeconfig(c.AdminKubeconfig(), map[string]*rest.Config{"admin": c.AdminConfig()}, "admin"); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -184,14 +184,14 @@ func (c *ControlPlane) writePKI() error {
 	if err != nil {
 		return err
 	}
-	if err := writePair(dir, "apiserver", serving); err != nil {
+	if err := WritePair(dir, "apiserver", serving); err != nil {
 		return err
 	}
 	admin, err := ca.Client("admin", []string{"system:masters"})
 	if err != nil {
 		return err
 	}
-	if err := writePair(dir, "admin", admin); err != nil {
+	if err := WritePair(dir, "admin", admin); err != nil {
 		return err
 	}
 	priv, pub, err := NewServiceAccountKey()

@@ -15,13 +15,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// WriteKubeconfig writes one context per identity (context, user and cluster
-// all named after the identity) with credentials embedded, so the file works
-// from any directory and `kubectl --context host` acts as the host.
-func (c *ControlPlane) WriteKubeconfig(path string, identities map[string]*rest.Config, current string) error {
-	return WriteKubeconfig(path, identities, current)
-}
-
 // WriteServiceAccountKubeconfig writes to path a kubeconfig for the
 // ServiceAccount ns/name, with a TokenRequest token valid for a day (longer
 // than any run): a process started with it has that ServiceAccount's RBAC,
@@ -37,8 +30,9 @@ func (c *ControlPlane) WriteServiceAccountKubeconfig(ctx context.Context, kube k
 	return WriteKubeconfig(path, map[string]*rest.Config{name: cfg}, name)
 }
 
-// WriteKubeconfig is the free-standing form, for providers without a local
-// control plane.
+// WriteKubeconfig writes one context per identity (context, user and cluster
+// all named after the identity) with credentials embedded, so the file works
+// from any directory and `kubectl --context host` acts as the host.
 func WriteKubeconfig(path string, identities map[string]*rest.Config, current string) error {
 	if _, ok := identities[current]; !ok {
 		return fmt.Errorf("kubeconfig %s: current context %q is not one of the identities", path, current)

@@ -85,7 +85,7 @@ func (ca *CA) Write(dir, name string) error {
 	if err != nil {
 		return err
 	}
-	return writePair(dir, name, Pair{CertPEM: ca.CertPEM, KeyPEM: k})
+	return WritePair(dir, name, Pair{CertPEM: ca.CertPEM, KeyPEM: k})
 }
 
 // Serving issues a server certificate for the given host names and IPs.
@@ -149,7 +149,8 @@ func NewServiceAccountKey() (priv, pub []byte, err error) {
 	return priv, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }
 
-func writePair(dir, name string, p Pair) error {
+// WritePair stores a pair as <dir>/<name>.crt and <dir>/<name>.key.
+func WritePair(dir, name string, p Pair) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -158,6 +159,3 @@ func writePair(dir, name string, p Pair) error {
 	}
 	return os.WriteFile(filepath.Join(dir, name+".key"), p.KeyPEM, 0o600)
 }
-
-// WritePair stores a pair as <dir>/<name>.crt and <dir>/<name>.key.
-func WritePair(dir, name string, p Pair) error { return writePair(dir, name, p) }

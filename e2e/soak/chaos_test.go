@@ -87,7 +87,7 @@ func TestWebhookChaos(t *testing.T) {
 	validOutageBy, invalidOutageBy := tally{}, tally{}
 	var outageExample string
 	for _, o := range outcomes {
-		_, inOutage := o.inAny(windows)
+		inOutage := o.inAny(windows)
 		switch o.kind {
 		case "valid":
 			switch {

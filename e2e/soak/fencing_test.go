@@ -144,7 +144,7 @@ func TestFencingSoak(t *testing.T) {
 		names[i] = fmt.Sprintf("%s-%d", run, i)
 		sbx := framework.MakeSandbox(ns, names[i]).Obj()
 		sbx.SetLabels(map[string]string{"sandbox-fence-soak": run})
-		if _, err := host.CreateWorkspace(ctx, sbx, fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
+		if _, err := host.CreateWorkspace(ctx, sbx, fence.WriteOptions{Epoch: new(uint64(1))}); err != nil {
 			t.Fatalf("create %s at epoch 1: %v", names[i], err)
 		}
 		next[i].Store(1)
@@ -367,5 +367,3 @@ func (l *writeLog) all() []admittedWrite {
 	defer l.mu.Unlock()
 	return append([]admittedWrite(nil), l.writes...)
 }
-
-func ptr[T any](v T) *T { return &v }

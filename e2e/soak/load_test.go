@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -107,7 +108,7 @@ func unrelatedWriters(ctx context.Context, t *testing.T) []func(context.Context)
 		t.Fatalf("operator baseline policy: %v", err)
 	}
 	sbxName := "soak-unrelated-" + rand.String(5)
-	if _, err := fence.NewClient(env.Host.Dynamic, fence.Options{}).CreateWorkspace(ctx, framework.MakeSandbox(ns, sbxName).Obj(), fence.WriteOptions{Epoch: ptr(uint64(1))}); err != nil {
+	if _, err := fence.NewClient(env.Host.Dynamic, fence.Options{}).CreateWorkspace(ctx, framework.MakeSandbox(ns, sbxName).Obj(), fence.WriteOptions{Epoch: new(uint64(1))}); err != nil {
 		t.Fatalf("host sandbox: %v", err)
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "soak-unrelated-" + rand.String(5), Namespace: "default"}}
@@ -160,15 +161,8 @@ func (o outcome) during(w window) bool { return o.start.Before(w.end) && o.at.Af
 // signal to the first 200 of /readyz after the restart.
 type window struct{ start, end time.Time }
 
-// inAny returns the first window o overlaps.
-func (o outcome) inAny(ws []window) (window, bool) {
-	for _, w := range ws {
-		if o.during(w) {
-			return w, true
-		}
-	}
-	return window{}, false
-}
+// inAny reports whether o overlaps any of ws.
+func (o outcome) inAny(ws []window) bool { return slices.ContainsFunc(ws, o.during) }
 
 // loadRun runs writers at a steady pace until stop is closed and records
 // every outcome.

@@ -342,21 +342,20 @@ type spdxDoc struct {
 	SPDXVersion       string `json:"spdxVersion"`
 	DocumentNamespace string `json:"documentNamespace"`
 	Packages          []struct {
-		Name      string `json:"name"`
-		Version   string `json:"versionInfo"`
-		Location  string `json:"downloadLocation"`
-		Checksums []struct {
-			Algorithm string `json:"algorithm"`
-			Value     string `json:"checksumValue"`
-		} `json:"checksums"`
+		Name      string         `json:"name"`
+		Version   string         `json:"versionInfo"`
+		Location  string         `json:"downloadLocation"`
+		Checksums []spdxChecksum `json:"checksums"`
 	} `json:"packages"`
 	Files []struct {
-		Name      string `json:"fileName"`
-		Checksums []struct {
-			Algorithm string `json:"algorithm"`
-			Value     string `json:"checksumValue"`
-		} `json:"checksums"`
+		Name      string         `json:"fileName"`
+		Checksums []spdxChecksum `json:"checksums"`
 	} `json:"files"`
+}
+
+type spdxChecksum struct {
+	Algorithm string `json:"algorithm"`
+	Value     string `json:"checksumValue"`
 }
 
 // webhook.spdx.json is an SPDX 2.3 document with a namespace of its own

@@ -29,6 +29,8 @@ func TestValidateCiliumOwner(t *testing.T) {
 	timeout := fmt.Errorf("get: %w", context.DeadlineExceeded)
 	boom := apierrors.NewServiceUnavailable("etcd is down")
 	claimRef := metav1.OwnerReference{APIVersion: "extensions.agents.x-k8s.io/v1beta1", Kind: "SandboxClaim", Name: "a", UID: "uid-a"}
+	// The refusal of claim a's policy when the claim does not label its pods.
+	unlabelled := field.Invalid(ref0.Child("name"), "a", "the SandboxClaim \"a\" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner")
 
 	cases := []struct {
 		name         string
@@ -135,11 +137,10 @@ func TestValidateCiliumOwner(t *testing.T) {
 		obj:      tst.MakeCNP(claim).Obj(),
 		wantErrs: field.ErrorList{field.Forbidden(ref0, "the SandboxClaim \"a\" is being deleted; create the policy for a live owner")},
 	}, {
-		name:   "an owner that does not label its pods is refused",
-		owners: tst.NewFakeOwners(tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj()),
-		obj:    tst.MakeCNP(claim).Obj(),
-		wantErrs: field.ErrorList{field.Invalid(ref0.Child("name"), "a",
-			"the SandboxClaim \"a\" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner")},
+		name:     "an owner that does not label its pods is refused",
+		owners:   tst.NewFakeOwners(tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj()),
+		obj:      tst.MakeCNP(claim).Obj(),
+		wantErrs: field.ErrorList{unlabelled},
 	}, {
 		name:   "an owner whose pods carry another sandbox's value is refused and the value shown",
 		owners: tst.NewFakeOwners(tst.MakeSandbox("s").PodLabel(tst.LabelKey, "victim").Obj()),
@@ -147,17 +148,15 @@ func TestValidateCiliumOwner(t *testing.T) {
 		wantErrs: field.ErrorList{field.Invalid(ref0.Child("name"), "s",
 			"the Sandbox \"s\" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=s in spec.podTemplate.metadata.labels (it has sandbox.namzu.ai/per-sandbox-egress=victim); set the label when creating the owner")},
 	}, {
-		name:   "labels in the owner's own metadata are not its pods' labels",
-		owners: tst.NewFakeOwners(withObjectLabel(tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj(), tst.LabelKey, "a")),
-		obj:    tst.MakeCNP(claim).Obj(),
-		wantErrs: field.ErrorList{field.Invalid(ref0.Child("name"), "a",
-			"the SandboxClaim \"a\" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner")},
+		name:     "labels in the owner's own metadata are not its pods' labels",
+		owners:   tst.NewFakeOwners(withObjectLabel(tst.MakeClaim("a").NoPodLabel(tst.LabelKey).Obj(), tst.LabelKey, "a")),
+		obj:      tst.MakeCNP(claim).Obj(),
+		wantErrs: field.ErrorList{unlabelled},
 	}, {
-		name:   "pod labels of the wrong type read as none and do not panic",
-		owners: tst.NewFakeOwners(tst.MakeClaim("a").Set("oops", "spec", "additionalPodMetadata", "labels").Obj()),
-		obj:    tst.MakeCNP(claim).Obj(),
-		wantErrs: field.ErrorList{field.Invalid(ref0.Child("name"), "a",
-			"the SandboxClaim \"a\" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner")},
+		name:     "pod labels of the wrong type read as none and do not panic",
+		owners:   tst.NewFakeOwners(tst.MakeClaim("a").Set("oops", "spec", "additionalPodMetadata", "labels").Obj()),
+		obj:      tst.MakeCNP(claim).Obj(),
+		wantErrs: field.ErrorList{unlabelled},
 	}, {
 		name:   "every owner defect is reported at once",
 		owners: tst.NewFakeOwners(tst.MakeClaim("a").UID("uid-new").Deleting().NoPodLabel(tst.LabelKey).Obj()),
@@ -165,7 +164,7 @@ func TestValidateCiliumOwner(t *testing.T) {
 		wantErrs: field.ErrorList{
 			field.Invalid(ref0.Child("uid"), "uid-a", "the live SandboxClaim \"a\" in namespace \"sandboxes\" has uid \"uid-new\"; the policy must reference its owner's current uid"),
 			field.Forbidden(ref0, "the SandboxClaim \"a\" is being deleted; create the policy for a live owner"),
-			field.Invalid(ref0.Child("name"), "a", "the SandboxClaim \"a\" does not carry the pod label sandbox.namzu.ai/per-sandbox-egress=a in spec.additionalPodMetadata.labels; set the label when creating the owner"),
+			unlabelled,
 		},
 	}, {
 		name:   "a lookup that times out fails closed and says so",

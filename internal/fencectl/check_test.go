@@ -56,19 +56,7 @@ func TestCheckComparesTheWebhooksModeWithTheBindings(t *testing.T) {
 				&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: DefaultWebhookConfig, Namespace: DefaultWebhookNamespace},
 					Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "webhook", Args: tc.args}}}}}},
 			)
-			dc := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
-			r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dc}, CheckOptions{
-				Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got CheckResult
-			for _, c := range r.Checks {
-				if c.Name == "Enforcement mode" {
-					got = c
-				}
-			}
-			if d := cmp.Diff(tc.want, got); d != "" {
+			if d := cmp.Diff(tc.want, checkNamed(t, kc, "Enforcement mode")); d != "" {
 				t.Errorf("(-want +got):\n%s", d)
 			}
 		})
@@ -122,19 +110,7 @@ func TestCheckStrictDelete(t *testing.T) {
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			kc := fake.NewClientset(tc.objs...)
-			dc := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
-			r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dc}, CheckOptions{
-				Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []CheckResult
-			for _, c := range r.Checks {
-				if strings.Contains(c.Name, PolicyStrictDelete) {
-					got = append(got, c)
-				}
-			}
+			got := checks(t, fake.NewClientset(tc.objs...), nil, func(name string) bool { return strings.Contains(name, PolicyStrictDelete) })
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("(-want +got):\n%s", d)
 			}
@@ -217,21 +193,38 @@ func TestCheckNamesAnUnusableCABundle(t *testing.T) {
 	}
 }
 
-// checkNamed runs Check against kc (and an empty dynamic client) and returns
-// the result called name; it fails the test when there is none.
-func checkNamed(t *testing.T, kc *fake.Clientset, name string) CheckResult {
+// checks runs Check against kc and dc (nil: an empty dynamic client) and
+// returns the results whose names keep accepts.
+func checks(t *testing.T, kc *fake.Clientset, dc *dynamicfake.FakeDynamicClient, keep func(name string) bool) []CheckResult {
 	t.Helper()
-	r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())}, CheckOptions{
+	if dc == nil {
+		dc = dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+	}
+	r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dc}, CheckOptions{
 		Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []CheckResult
 	for _, c := range r.Checks {
+		if keep(c.Name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// checkNamed is the result of checks called name; it fails the test when
+// there is none.
+func checkNamed(t *testing.T, kc *fake.Clientset, name string) CheckResult {
+	t.Helper()
+	all := checks(t, kc, nil, func(string) bool { return true })
+	for _, c := range all {
 		if c.Name == name {
 			return c
 		}
 	}
-	t.Fatalf("no check named %q in %+v", name, r.Checks)
+	t.Fatalf("no check named %q in %+v", name, all)
 	return CheckResult{}
 }
 
@@ -305,17 +298,9 @@ func TestCheckConfinement(t *testing.T) {
 			kc := fake.NewClientset(tc.nss...)
 			dc := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 				map[schema.GroupVersionResource]string{ccnpGVR: "CiliumClusterwideNetworkPolicyList"}, tc.ccnp...)
-			r, err := Check(context.Background(), Clients{Kube: kc, Dynamic: dc}, CheckOptions{
-				Options: Options{ConfigName: "sandbox-fence"}, WebhookConfig: DefaultWebhookConfig, WebhookNamespace: DefaultWebhookNamespace})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []CheckResult
-			for _, c := range r.Checks {
-				if c.Name == "Pod Security" || strings.HasPrefix(c.Name, "CiliumClusterwideNetworkPolicy") {
-					got = append(got, c)
-				}
-			}
+			got := checks(t, kc, dc, func(name string) bool {
+				return name == "Pod Security" || strings.HasPrefix(name, "CiliumClusterwideNetworkPolicy")
+			})
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("(-want +got):\n%s", d)
 			}

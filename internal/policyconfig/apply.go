@@ -40,17 +40,6 @@ func PolicyApplyConfiguration(name string, c Config) *admissionregistrationv1ac.
 			admissionregistrationv1ac.Variable().WithName(Variable).WithExpression(c.Expression())))
 }
 
-// RenderedWebhooks are the webhooks of cfg that declare MatchCondition.
-func RenderedWebhooks(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []string {
-	var out []string
-	for _, w := range cfg.Webhooks {
-		if slices.ContainsFunc(w.MatchConditions, func(m admissionregistrationv1.MatchCondition) bool { return m.Name == MatchCondition }) {
-			out = append(out, w.Name)
-		}
-	}
-	return out
-}
-
 // WebhookExpressions maps each webhook of cfg that declares MatchCondition
 // to its expression.
 func WebhookExpressions(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) map[string]string {

@@ -146,7 +146,6 @@ func TestCiliumHandler(t *testing.T) {
 	bySelector := tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().SelectorHost(tst.HostUser, map[string]string{"tier": "agents"}).Obj()
 	selected, unselected := tst.MakeNamespace(tst.Namespace, "tier", "agents"), tst.MakeNamespace(tst.Namespace, "tier", "other")
 	ownerName := "metadata.ownerReferences[0].name"
-	notFoundMsg := `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`
 	// kubectl prints only the causes of a 422 (The X "n" is invalid:
 	// <field>: <message>), so each carries the family and says it was a
 	// denial.
@@ -158,6 +157,11 @@ func TestCiliumHandler(t *testing.T) {
 		Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0]: Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`,
 		Causes: []metav1.StatusCause{{Type: metav1.CauseTypeForbidden, Field: "metadata.ownerReferences[0]",
 			Message: denied + `Forbidden: the SandboxClaim "a" is being deleted; create the policy for a live owner`}}}
+	// The refusal of that CREATE for an owner found neither in the cache nor live.
+	notFound := verdict{Code: 422, Reason: metav1.StatusReasonInvalid,
+		Message: `cilium-fence: CiliumNetworkPolicy.cilium.io "namzu-sbx-uid-a" is invalid: metadata.ownerReferences[0].name: Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`,
+		Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
+			Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}}
 
 	cases := []struct {
 		name      string
@@ -281,13 +285,11 @@ func TestCiliumHandler(t *testing.T) {
 		wantLive:   1,
 		wantMetric: webhook.VerdictAllowed,
 	}, {
-		name:     "an invented owner found neither in the cache nor live is refused with 422 and its field",
-		config:   cfg,
-		req:      create,
-		wantLive: 1,
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
-			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
-				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+		name:       "an invented owner found neither in the cache nor live is refused with 422 and its field",
+		config:     cfg,
+		req:        create,
+		wantLive:   1,
+		want:       notFound,
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		// No verdict on the write, so no 422, which a host reads as
@@ -335,14 +337,12 @@ func TestCiliumHandler(t *testing.T) {
 		// The controller routes a newly bound host here before its
 		// policies admit it, and this replica's cache may not have the
 		// change yet.
-		name:     "a host bound since the cache last heard is checked once the FenceConfig is read live",
-		config:   tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Obj(),
-		live:     []client.Object{cfg},
-		req:      create,
-		wantLive: 2, // the FenceConfig, then the owner
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
-			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
-				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+		name:       "a host bound since the cache last heard is checked once the FenceConfig is read live",
+		config:     tst.MakeConfig(fencev1alpha1.DefaultConfigName).NoHosts().Obj(),
+		live:       []client.Object{cfg},
+		req:        create,
+		wantLive:   2, // the FenceConfig, then the owner
+		want:       notFound,
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:      "a routed identity the cache does not bind, whose FenceConfig cannot be read live, is refused as unavailable, to be retried",
@@ -433,15 +433,13 @@ func TestCiliumHandler(t *testing.T) {
 	}, {
 		// An admin labelled the namespace a moment ago: the egress policy
 		// binds the host there already, so the owner check runs too.
-		name:     "a namespace the cache shows unselected is read live, and a label set a moment ago binds the host",
-		config:   bySelector,
-		cache:    []client.Object{claim, unselected},
-		live:     []client.Object{selected},
-		req:      create,
-		wantLive: 2,
-		want: verdict{Code: 422, Reason: metav1.StatusReasonInvalid, Message: notFoundMsg,
-			Causes: []metav1.StatusCause{{Type: metav1.CauseTypeFieldValueNotFound, Field: ownerName,
-				Message: denied + `Not found: "a": no SandboxClaim named "a" in namespace "sandboxes"; create the owner before its policy`}}},
+		name:       "a namespace the cache shows unselected is read live, and a label set a moment ago binds the host",
+		config:     bySelector,
+		cache:      []client.Object{claim, unselected},
+		live:       []client.Object{selected},
+		req:        create,
+		wantLive:   2,
+		want:       notFound,
 		wantMetric: webhook.VerdictDenied,
 	}, {
 		name:       "a host bound by selector writing in a namespace its selector does not match is the egress policy's to judge",

@@ -67,14 +67,14 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 		{
 			name:        "a fenced suspend sends the steady-state patch",
 			sandbox:     makeSandbox("a").Epoch("2"),
-			run:         call((*Client).Suspend, ptr(uint64(2))),
+			run:         call((*Client).Suspend, new(uint64(2))),
 			contentType: "application/json-patch+json",
 			want:        specSteadyStateSuspend,
 		},
 		{
 			name:        "a fenced suspend of an object without annotations sends the migration patch",
 			sandbox:     makeSandbox("a").RV("1001"),
-			run:         call((*Client).Suspend, ptr(uint64(3))),
+			run:         call((*Client).Suspend, new(uint64(3))),
 			contentType: "application/json-patch+json",
 			want:        specMigration,
 		},
@@ -88,7 +88,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 		{
 			name:        "a fenced resume raises the epoch",
 			sandbox:     makeSandbox("a").Epoch("2").Mode(ModeSuspended),
-			run:         call((*Client).Resume, ptr(uint64(4))),
+			run:         call((*Client).Resume, new(uint64(4))),
 			contentType: "application/json-patch+json",
 			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"4"},
@@ -99,7 +99,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			name:    "a stamp sends the epoch alone",
 			sandbox: makeSandbox("a").Epoch("2"),
 			run: func(c *Client) error {
-				_, err := c.Stamp(context.Background(), "ns", "a", WriteOptions{Epoch: ptr(uint64(3))})
+				_, err := c.Stamp(context.Background(), "ns", "a", WriteOptions{Epoch: new(uint64(3))})
 				return err
 			},
 			contentType: "application/json-patch+json",
@@ -110,7 +110,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			name:    "a fenced refresh sends the refresh patch with the template's hash",
 			sandbox: makeSandbox("a").Epoch("4").Mode(ModeSuspended),
 			run: func(c *Client) error {
-				_, err := c.RefreshTemplate(context.Background(), "ns", "a", template, WriteOptions{Epoch: ptr(uint64(4))})
+				_, err := c.RefreshTemplate(context.Background(), "ns", "a", template, WriteOptions{Epoch: new(uint64(4))})
 				return err
 			},
 			contentType: "application/json-patch+json",
@@ -128,7 +128,7 @@ func TestClientSendsTheSpecBodies(t *testing.T) {
 			run: func(c *Client) error {
 				sb := makeSandbox("a").Obj()
 				unstructured.SetNestedField(sb.Object, template, "spec", "podTemplate")
-				_, err := c.CreateWorkspace(context.Background(), sb, WriteOptions{Epoch: ptr(uint64(1))})
+				_, err := c.CreateWorkspace(context.Background(), sb, WriteOptions{Epoch: new(uint64(1))})
 				return err
 			},
 			contentType: "application/json",
@@ -164,6 +164,7 @@ func TestClientWriteErrors(t *testing.T) {
 		run       func(c *Client) error
 		wantIs    error
 		wantAs    func(t *testing.T, err error)
+		denial    *AdmissionDeniedError // the error's parse
 		patches   int
 		wantEpoch string
 	}{
@@ -235,17 +236,8 @@ func TestClientWriteErrors(t *testing.T) {
 				})
 			},
 			run: suspend(3),
-			wantAs: func(t *testing.T, err error) {
-				var d *AdmissionDeniedError
-				if !errors.As(err, &d) {
-					t.Fatalf("error %v is no AdmissionDeniedError", err)
-				}
-				want := AdmissionDeniedError{Code: 422, Policy: "sandbox-fence-holder-epoch", Binding: "sandbox-fence-holder-epoch-binding",
-					Message: `holder-epoch: metadata.annotations[sandbox.namzu.ai/holder-epoch]: "2" is below the stored "3"`}
-				if diff := cmp.Diff(want, *d, cmpIgnoreErr); diff != "" {
-					t.Errorf("denial (-want +got):\n%s", diff)
-				}
-			},
+			denial: &AdmissionDeniedError{Code: 422, Policy: "sandbox-fence-holder-epoch", Binding: "sandbox-fence-holder-epoch-binding",
+				Message: `holder-epoch: metadata.annotations[sandbox.namzu.ai/holder-epoch]: "2" is below the stored "3"`},
 			patches: 1, wantEpoch: "1",
 		},
 		{
@@ -256,17 +248,8 @@ func TestClientWriteErrors(t *testing.T) {
 					return status(http.StatusForbidden, "Forbidden", `admission webhook "sandboxes.fence.sandbox.namzu.ai" denied the request: holder-epoch: strict delete`)
 				})
 			},
-			run: suspend(3),
-			wantAs: func(t *testing.T, err error) {
-				var d *AdmissionDeniedError
-				if !errors.As(err, &d) {
-					t.Fatalf("error %v is no AdmissionDeniedError", err)
-				}
-				want := AdmissionDeniedError{Code: 403, Webhook: "sandboxes.fence.sandbox.namzu.ai", Message: "holder-epoch: strict delete"}
-				if diff := cmp.Diff(want, *d, cmpIgnoreErr); diff != "" {
-					t.Errorf("denial (-want +got):\n%s", diff)
-				}
-			},
+			run:     suspend(3),
+			denial:  &AdmissionDeniedError{Code: 403, Webhook: "sandboxes.fence.sandbox.namzu.ai", Message: "holder-epoch: strict delete"},
 			patches: 1, wantEpoch: "1",
 		},
 		{
@@ -279,7 +262,7 @@ func TestClientWriteErrors(t *testing.T) {
 			name:    "a refresh of a running workspace is refused locally",
 			sandbox: makeSandbox("a").Epoch("1"),
 			run: func(c *Client) error {
-				_, err := c.RefreshTemplate(context.Background(), "ns", "a", map[string]any{}, WriteOptions{Epoch: ptr(uint64(1))})
+				_, err := c.RefreshTemplate(context.Background(), "ns", "a", map[string]any{}, WriteOptions{Epoch: new(uint64(1))})
 				return err
 			},
 			wantIs:  ErrPatchNotApplied,
@@ -299,7 +282,7 @@ func TestClientWriteErrors(t *testing.T) {
 				tt.hooks(f)
 			}
 			err := tt.run(c)
-			if tt.wantIs == nil && tt.wantAs == nil && err != nil {
+			if tt.wantIs == nil && tt.wantAs == nil && tt.denial == nil && err != nil {
 				t.Fatalf("unexpected error: %v", err)
 			}
 			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
@@ -307,6 +290,15 @@ func TestClientWriteErrors(t *testing.T) {
 			}
 			if tt.wantAs != nil {
 				tt.wantAs(t, err)
+			}
+			if tt.denial != nil {
+				var d *AdmissionDeniedError
+				if !errors.As(err, &d) {
+					t.Fatalf("error %v is no AdmissionDeniedError", err)
+				}
+				if diff := cmp.Diff(*tt.denial, *d, cmpIgnoreErr); diff != "" {
+					t.Errorf("denial (-want +got):\n%s", diff)
+				}
 			}
 			if got := len(f.sent(http.MethodPatch)); got != tt.patches {
 				t.Errorf("sent %d PATCHes, want %d", got, tt.patches)
@@ -347,7 +339,7 @@ func TestClientDelete(t *testing.T) {
 		{
 			name:     "a fenced delete carries the gate read's resourceVersion",
 			sandbox:  makeSandbox("a").RV("1001").Epoch("2"),
-			epoch:    ptr(uint64(2)),
+			epoch:    new(uint64(2)),
 			deletes:  1,
 			wantGone: true,
 			wantBody: `{"apiVersion":"v1","kind":"DeleteOptions","preconditions":{"resourceVersion":"1001"}}`,
@@ -356,14 +348,14 @@ func TestClientDelete(t *testing.T) {
 			name:    "a 409 is re-read, re-checked and retried",
 			sandbox: makeSandbox("a").Epoch("2"),
 			hooks:   func(f *fakeAPI) { f.on(http.MethodDelete, "sandboxes", 1, raiseEpoch("2")) },
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			deletes: 2, wantGone: true,
 		},
 		{
 			name:    "a retry refuses once another host raised the epoch",
 			sandbox: makeSandbox("a").Epoch("2"),
 			hooks:   func(f *fakeAPI) { f.on(http.MethodDelete, "sandboxes", 1, raiseEpoch("3")) },
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			wantIs:  ErrStaleEpoch,
 			deletes: 1,
 		},
@@ -371,19 +363,19 @@ func TestClientDelete(t *testing.T) {
 			name:    "three conflicts in a row give up with ErrConflict",
 			sandbox: makeSandbox("a").Epoch("2"),
 			hooks:   func(f *fakeAPI) { f.on(http.MethodDelete, "sandboxes", 3, raiseEpoch("2")) },
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			wantIs:  ErrConflict,
 			deletes: 3,
 		},
 		{
 			name:    "a stale epoch sends no DELETE",
 			sandbox: makeSandbox("a").Epoch("5"),
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			wantIs:  ErrStaleEpoch,
 		},
 		{
 			name:     "a sandbox already gone at the gate read is deleted",
-			epoch:    ptr(uint64(2)),
+			epoch:    new(uint64(2)),
 			wantGone: true,
 		},
 		{
@@ -392,7 +384,7 @@ func TestClientDelete(t *testing.T) {
 			hooks: func(f *fakeAPI) {
 				f.on(http.MethodDelete, "sandboxes", 1, func(*fakeAPI, request) reply { return status(http.StatusGone, "Gone", "gone") })
 			},
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			deletes: 1,
 		},
 		{
@@ -404,7 +396,7 @@ func TestClientDelete(t *testing.T) {
 					return reply{}
 				})
 			},
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			deletes: 1, wantGone: true,
 		},
 		{
@@ -477,31 +469,31 @@ func TestClientDeleteClaim(t *testing.T) {
 		{
 			name:      "a fenced claim delete checks the claim's Sandbox and carries the claim read's resourceVersion",
 			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("2"))},
-			epoch:     ptr(uint64(2)),
+			epoch:     new(uint64(2)),
 			deletes:   1, wantGone: true,
 			wantBody: `{"apiVersion":"v1","kind":"DeleteOptions","preconditions":{"resourceVersion":"1001"}}`,
 		},
 		{
 			name:      "a claim whose Sandbox a newer holder took sends no DELETE",
 			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("3"))},
-			epoch:     ptr(uint64(2)),
+			epoch:     new(uint64(2)),
 			wantIs:    ErrStaleEpoch,
 		},
 		{
 			name:      "a claim whose Sandbox carries a malformed epoch sends no DELETE",
 			sandboxes: []*sandboxBuilder{ownedByClaim(makeSandbox("a").Epoch("01"))},
-			epoch:     ptr(uint64(2)),
+			epoch:     new(uint64(2)),
 			wantIs:    ErrUnreadableEpoch,
 		},
 		{
 			name:      "Sandboxes the claim does not own do not count",
 			sandboxes: []*sandboxBuilder{makeSandbox("a").Epoch("9")},
-			epoch:     ptr(uint64(2)),
+			epoch:     new(uint64(2)),
 			deletes:   1, wantGone: true,
 		},
 		{
 			name:    "a claim without a Sandbox yet is deleted with its precondition",
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			deletes: 1, wantGone: true,
 			wantBody: `{"apiVersion":"v1","kind":"DeleteOptions","preconditions":{"resourceVersion":"1001"}}`,
 		},
@@ -514,7 +506,7 @@ func TestClientDeleteClaim(t *testing.T) {
 					return reply{}
 				})
 			},
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			deletes: 2, wantGone: true,
 		},
 		{
@@ -526,14 +518,14 @@ func TestClientDeleteClaim(t *testing.T) {
 					return raiseEpoch("3")(f, r)
 				})
 			},
-			epoch:   ptr(uint64(2)),
+			epoch:   new(uint64(2)),
 			wantIs:  ErrStaleEpoch,
 			deletes: 1,
 		},
 		{
 			name:     "a claim already gone counts as deleted",
 			noClaim:  true,
-			epoch:    ptr(uint64(2)),
+			epoch:    new(uint64(2)),
 			wantGone: true,
 		},
 		{

@@ -53,8 +53,6 @@ func (b *sandboxBuilder) Mode(m string) *sandboxBuilder {
 
 func (b *sandboxBuilder) Obj() *unstructured.Unstructured { return b.u.DeepCopy() }
 
-func ptr[T any](v T) *T { return &v }
-
 // compact removes the layout whitespace of a contract example.
 func compact(t *testing.T, s string) string {
 	t.Helper()

@@ -30,7 +30,7 @@ func randomWrite(r *rand.Rand) (*unstructured.Unstructured, PatchInput) {
 	obj := b.Obj()
 	in := PatchInput{Read: ReadHolderEpoch(obj)}
 	if r.IntN(4) != 0 {
-		in.Epoch = ptr(in.Read.Epoch + r.Uint64N(3))
+		in.Epoch = new(in.Read.Epoch + r.Uint64N(3))
 	}
 	if r.IntN(3) != 0 {
 		in.Mode, in.ChangedAt = []string{ModeRunning, ModeSuspended}[r.IntN(2)], changedAt

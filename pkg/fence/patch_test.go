@@ -29,17 +29,17 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 	}{
 		{
 			name: "a steady-state fenced suspend is the contract's first example",
-			in:   PatchInput{Read: withEpoch("2"), Epoch: ptr(uint64(2)), Mode: ModeSuspended, ChangedAt: changedAt},
+			in:   PatchInput{Read: withEpoch("2"), Epoch: new(uint64(2)), Mode: ModeSuspended, ChangedAt: changedAt},
 			want: specSteadyStateSuspend,
 		},
 		{
 			name: "a migration onto an object without annotations is the contract's second example",
-			in:   PatchInput{Read: noMap, Epoch: ptr(uint64(3)), Mode: ModeSuspended, ChangedAt: changedAt},
+			in:   PatchInput{Read: noMap, Epoch: new(uint64(3)), Mode: ModeSuspended, ChangedAt: changedAt},
 			want: specMigration,
 		},
 		{
 			name: "a fenced refresh tests epoch and mode, then writes epoch, changed-at, hash, template and mode",
-			in: PatchInput{Read: withEpoch("4"), Epoch: ptr(uint64(4)), Mode: ModeRunning, ChangedAt: changedAt,
+			in: PatchInput{Read: withEpoch("4"), Epoch: new(uint64(4)), Mode: ModeRunning, ChangedAt: changedAt,
 				ExtraAnnotations: []Annotation{hash}, PodTemplate: template, ExtraTests: []Operation{suspended}},
 			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"4"},
  {"op":"test","path":"/spec/operatingMode","value":"Suspended"},
@@ -51,7 +51,7 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		},
 		{
 			name: "a resume raises the epoch from the exact stored string",
-			in:   PatchInput{Read: withEpoch("2"), Epoch: ptr(uint64(5)), Mode: ModeRunning, ChangedAt: changedAt},
+			in:   PatchInput{Read: withEpoch("2"), Epoch: new(uint64(5)), Mode: ModeRunning, ChangedAt: changedAt},
 			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"5"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1operating-mode-changed-at","value":"2026-08-01T09:00:00.000Z"},
@@ -59,25 +59,25 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		},
 		{
 			name: "a stamp only tests and adds the epoch, with no mode and no changed-at",
-			in:   PatchInput{Read: withEpoch("2"), Epoch: ptr(uint64(3))},
+			in:   PatchInput{Read: withEpoch("2"), Epoch: new(uint64(3))},
 			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"2"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"3"}]`,
 		},
 		{
 			name: "a stamp onto a map without the key falls back to the resourceVersion and adds per key",
-			in:   PatchInput{Read: mapNoKey, Epoch: ptr(uint64(1))},
+			in:   PatchInput{Read: mapNoKey, Epoch: new(uint64(1))},
 			want: `[{"op":"test","path":"/metadata/resourceVersion","value":"1001"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"1"}]`,
 		},
 		{
 			name: "a stamp onto an object without a map adds the whole map",
-			in:   PatchInput{Read: noMap, Epoch: ptr(uint64(0))},
+			in:   PatchInput{Read: noMap, Epoch: new(uint64(0))},
 			want: `[{"op":"test","path":"/metadata/resourceVersion","value":"1001"},
  {"op":"add","path":"/metadata/annotations","value":{"sandbox.namzu.ai/holder-epoch":"0"}}]`,
 		},
 		{
 			name: "a fenced refresh without a map puts every key in one whole-map add, in fixed order",
-			in: PatchInput{Read: noMap, Epoch: ptr(uint64(4)), Mode: ModeRunning, ChangedAt: changedAt,
+			in: PatchInput{Read: noMap, Epoch: new(uint64(4)), Mode: ModeRunning, ChangedAt: changedAt,
 				ExtraAnnotations: []Annotation{hash}, PodTemplate: template, ExtraTests: []Operation{suspended}},
 			want: `[{"op":"test","path":"/metadata/resourceVersion","value":"1001"},
  {"op":"test","path":"/spec/operatingMode","value":"Suspended"},
@@ -87,7 +87,7 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		},
 		{
 			name: "a fenced write onto a malformed value tests that exact value (the server decides)",
-			in:   PatchInput{Read: withEpoch("007"), Epoch: ptr(uint64(8))},
+			in:   PatchInput{Read: withEpoch("007"), Epoch: new(uint64(8))},
 			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"007"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"8"}]`,
 		},
@@ -117,14 +117,14 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		},
 		{
 			name: "annotation keys are pointer-escaped, ~ before /",
-			in:   PatchInput{Read: withEpoch("1"), Epoch: ptr(uint64(1)), ExtraAnnotations: []Annotation{{"a~/b", "<&>"}}},
+			in:   PatchInput{Read: withEpoch("1"), Epoch: new(uint64(1)), ExtraAnnotations: []Annotation{{"a~/b", "<&>"}}},
 			want: `[{"op":"test","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"1"},
  {"op":"add","path":"/metadata/annotations/sandbox.namzu.ai~1holder-epoch","value":"1"},
  {"op":"add","path":"/metadata/annotations/a~0~1b","value":"<&>"}]`,
 		},
 		{
 			name:     "a fenced write whose read saw neither annotation nor resourceVersion is refused",
-			in:       PatchInput{Read: Reading{}, Epoch: ptr(uint64(1))},
+			in:       PatchInput{Read: Reading{}, Epoch: new(uint64(1))},
 			wantErrs: field.ErrorList{field.Required(field.NewPath("read", "resourceVersion"), "")},
 		},
 		{
@@ -139,32 +139,32 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		},
 		{
 			name:     "an epoch above 2^53-1 is refused",
-			in:       PatchInput{Read: withEpoch("1"), Epoch: ptr(MaxEpoch + 1)},
+			in:       PatchInput{Read: withEpoch("1"), Epoch: new(MaxEpoch + 1)},
 			wantErrs: field.ErrorList{field.Invalid(field.NewPath("epoch"), MaxEpoch+1, "")},
 		},
 		{
 			name:     "a mode other than Running or Suspended is refused",
-			in:       PatchInput{Read: withEpoch("1"), Epoch: ptr(uint64(1)), Mode: "Paused", ChangedAt: changedAt},
+			in:       PatchInput{Read: withEpoch("1"), Epoch: new(uint64(1)), Mode: "Paused", ChangedAt: changedAt},
 			wantErrs: field.ErrorList{field.NotSupported[string](field.NewPath("mode"), "Paused", nil)},
 		},
 		{
 			name:     "a mode change without changed-at is refused",
-			in:       PatchInput{Read: withEpoch("1"), Epoch: ptr(uint64(1)), Mode: ModeRunning},
+			in:       PatchInput{Read: withEpoch("1"), Epoch: new(uint64(1)), Mode: ModeRunning},
 			wantErrs: field.ErrorList{field.Invalid(field.NewPath("changedAt"), "", "")},
 		},
 		{
 			name:     "a changed-at that is not UTC with milliseconds is refused",
-			in:       PatchInput{Read: withEpoch("1"), Epoch: ptr(uint64(1)), Mode: ModeRunning, ChangedAt: "2026-08-01T11:00:00+02:00"},
+			in:       PatchInput{Read: withEpoch("1"), Epoch: new(uint64(1)), Mode: ModeRunning, ChangedAt: "2026-08-01T11:00:00+02:00"},
 			wantErrs: field.ErrorList{field.Invalid(field.NewPath("changedAt"), "2026-08-01T11:00:00+02:00", "")},
 		},
 		{
 			name:     "changed-at without a mode change is refused",
-			in:       PatchInput{Read: withEpoch("1"), Epoch: ptr(uint64(1)), ChangedAt: changedAt},
+			in:       PatchInput{Read: withEpoch("1"), Epoch: new(uint64(1)), ChangedAt: changedAt},
 			wantErrs: field.ErrorList{field.Forbidden(field.NewPath("changedAt"), "")},
 		},
 		{
 			name: "extra annotations may not smuggle the epoch, nor repeat a key",
-			in: PatchInput{Read: withEpoch("1"), Epoch: ptr(uint64(1)),
+			in: PatchInput{Read: withEpoch("1"), Epoch: new(uint64(1)),
 				ExtraAnnotations: []Annotation{{AnnotationHolderEpoch, "9"}, hash, hash}},
 			wantErrs: field.ErrorList{
 				field.Forbidden(field.NewPath("extraAnnotations").Index(0).Child("key"), ""),
@@ -173,7 +173,7 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 		},
 		{
 			name: "extra tests must be test operations",
-			in: PatchInput{Read: withEpoch("1"), Epoch: ptr(uint64(1)),
+			in: PatchInput{Read: withEpoch("1"), Epoch: new(uint64(1)),
 				ExtraTests: []Operation{{"remove", "/spec/operatingMode", nil}}},
 			wantErrs: field.ErrorList{field.NotSupported[string](field.NewPath("extraTests").Index(0).Child("op"), "remove", nil)},
 		},
@@ -204,7 +204,7 @@ func TestBuildHolderEpochPatch(t *testing.T) {
 }
 
 func TestBuildHolderEpochPatchReturnsAnAggregate(t *testing.T) {
-	if _, err := BuildHolderEpochPatch(PatchInput{Epoch: ptr(uint64(1))}); err == nil {
+	if _, err := BuildHolderEpochPatch(PatchInput{Epoch: new(uint64(1))}); err == nil {
 		t.Fatal("an unconditional fenced write was built")
 	}
 }
@@ -228,7 +228,7 @@ func TestBuildMergePatch(t *testing.T) {
 		},
 		{
 			name:     "an epoch makes it a fenced write, which is never a merge patch",
-			in:       PatchInput{Epoch: ptr(uint64(1)), Mode: ModeRunning, ChangedAt: changedAt},
+			in:       PatchInput{Epoch: new(uint64(1)), Mode: ModeRunning, ChangedAt: changedAt},
 			wantErrs: field.ErrorList{field.Forbidden(field.NewPath("epoch"), "")},
 		},
 		{

@@ -54,7 +54,6 @@ type run struct {
 	enforcer string
 	results  map[string]*result
 	elapsed  time.Duration
-	exit     error
 }
 
 var wireRE = regexp.MustCompile(`peer-wire: \S+ answered HTTP (\d+)`)
@@ -172,7 +171,7 @@ func runSuite(root, enforcer, timeout string) (*run, error) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
-	r := &run{enforcer: enforcer, results: map[string]*result{}, elapsed: time.Since(start), exit: err}
+	r := &run{enforcer: enforcer, results: map[string]*result{}, elapsed: time.Since(start)}
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
 		return nil, err

@@ -76,7 +76,7 @@ func Build(i int, k Kind) ([]byte, error) {
 	cnp.SetGeneration(1)
 	cnp.SetManagedFields([]metav1.ManagedFieldsEntry{{
 		Manager: "namzu-sandbox-host", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "cilium.io/v2",
-		Time: ptr(metav1.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)), FieldsType: "FieldsV1",
+		Time: new(metav1.Date(2026, 11, 29, 14, 0, 0, 0, time.UTC)), FieldsType: "FieldsV1",
 		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:ownerReferences":{".":{},"k:{\"uid\":\"` + uid + `\"}":{}}},"f:spec":{".":{},"f:egress":{},"f:endpointSelector":{}}}`)},
 	}})
 	obj, err := json.Marshal(cnp.Object)
@@ -104,13 +104,11 @@ func Build(i int, k Kind) ([]byte, error) {
 			},
 			Object:  runtime.RawExtension{Raw: obj},
 			Options: runtime.RawExtension{Raw: []byte(`{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1","fieldManager":"namzu-sandbox-host","fieldValidation":"Strict"}`)},
-			DryRun:  ptr(false),
+			DryRun:  new(false),
 		},
 	}
 	return json.Marshal(ar)
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // memReader answers Gets from memory with a deep copy per call, as the
 // controller-runtime informer cache does for unstructured objects.
