@@ -77,12 +77,16 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 		return bodies
 	}
 	ns := `namespace="` + env.HostNamespace + `"`
-	count := func(bodies []string, verdict string) float64 {
-		var sum float64
+	// sum adds a metric's matching series over every replica's exposition.
+	sum := func(bodies []string, metric string, labels ...string) float64 {
+		var total float64
 		for _, body := range bodies {
-			sum += framework.MetricSum(body, webhook.DecisionsMetric, `rule="`+webhook.RuleCiliumOwner+`"`, `verdict="`+verdict+`"`, ns)
+			total += framework.MetricSum(body, metric, labels...)
 		}
-		return sum
+		return total
+	}
+	count := func(bodies []string, verdict string) float64 {
+		return sum(bodies, webhook.DecisionsMetric, `rule="`+webhook.RuleCiliumOwner+`"`, `verdict="`+verdict+`"`, ns)
 	}
 
 	before := scrape()
@@ -116,11 +120,7 @@ func TestWebhookMetricsCountKnownTraffic(t *testing.T) {
 	// read above found the owner watches stale (webhook.WatchHealth), and a
 	// write for a claim the informers have seen reads nothing live.
 	lookups := func(bodies []string, labels ...string) float64 {
-		var sum float64
-		for _, body := range bodies {
-			sum += framework.MetricSum(body, webhook.LookupSecondsMetric+"_count", labels...)
-		}
-		return sum
+		return sum(bodies, webhook.LookupSecondsMetric+"_count", labels...)
 	}
 	if got := lookups(after, `result="stale"`) - lookups(before, `result="stale"`); got != 0 {
 		t.Errorf(`%s_count{result="stale"} grew by %v while the webhook ran: its owner watches were not current`, webhook.LookupSecondsMetric, got)

@@ -179,8 +179,9 @@ func run(ctx context.Context, o options) (err error) {
 		if err != nil {
 			return err
 		}
-		webhookPprof = fmt.Sprintf("http://127.0.0.1:%d", port)
-		p.ExtraWebhookArgs = append(p.ExtraWebhookArgs, "--pprof-bind-address="+strings.TrimPrefix(webhookPprof, "http://"))
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		webhookPprof = "http://" + addr
+		p.ExtraWebhookArgs = append(p.ExtraWebhookArgs, "--pprof-bind-address="+addr)
 	}
 	env, err := p.Setup(ctx)
 	defer func() {
